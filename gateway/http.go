@@ -1,0 +1,362 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/elazarl/goproxy"
+
+	"github.com/moat-dev/moat/gateway/audit"
+	"github.com/moat-dev/moat/gateway/policy"
+	"github.com/moat-dev/moat/gateway/policy/canon"
+)
+
+// reqState carries one plain-HTTP request's identity and decision from the
+// goproxy handlers to the transport's dialer and the audit line.
+type reqState struct {
+	id      identity
+	dec     policy.Decision
+	host    string
+	port    uint16
+	addr    string
+	reply   bool // a gateway reply (deny, dial failure) was sent
+	reason  string
+	rule    string
+	denied  bool
+	decided bool
+}
+
+type stateKey struct{}
+
+func stateFrom(ctx context.Context) *reqState {
+	st, _ := ctx.Value(stateKey{}).(*reqState)
+	return st
+}
+
+func (g *Gateway) setupHTTP() {
+	g.tr = &http.Transport{
+		// Never the environment's proxy: the gateway is the proxy.
+		Proxy:                 nil,
+		DialContext:           g.transportDial,
+		MaxIdleConns:          4 * g.opt.MaxIdlePerHost,
+		MaxIdleConnsPerHost:   g.opt.MaxIdlePerHost,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		// Bodies pass through byte for byte: no transparent gzip.
+		DisableCompression: true,
+		TLSClientConfig:    &tls.Config{MinVersion: tls.VersionTLS12},
+	}
+	p := goproxy.NewProxyHttpServer()
+	p.Tr = g.tr
+	p.ConnectDial = nil // CONNECT is served by serveConnect, never by goproxy's env dialer
+	p.Logger = log.New(io.Discard, "", 0)
+	p.KeepAcceptEncoding = true
+	p.KeepDestinationHeaders = true
+	p.NonproxyHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		badRequestReply("this is moat's gateway: send proxy requests with an absolute URL (http://host/path)").write(w)
+	})
+	p.OnRequest().DoFunc(g.onRequest)
+	p.OnResponse().DoFunc(g.onResponse)
+	g.proxy = p
+	g.http = &http.Server{
+		Handler:           http.HandlerFunc(g.serveHTTP),
+		ReadHeaderTimeout: g.opt.HeaderTimeout,
+		IdleTimeout:       g.opt.IdleTimeout,
+		MaxHeaderBytes:    g.opt.MaxHeaderBytes,
+		ErrorLog:          log.New(io.Discard, "", 0),
+	}
+}
+
+// proxyCredentials returns the Basic credentials of Proxy-Authorization.
+func proxyCredentials(r *http.Request) (user, pass string, ok bool) {
+	v := r.Header.Get("Proxy-Authorization")
+	const prefix = "Basic "
+	if len(v) < len(prefix) || !strings.EqualFold(v[:len(prefix)], prefix) {
+		return "", "", false
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(v[len(prefix):]))
+	if err != nil {
+		return "", "", false
+	}
+	user, pass, ok = strings.Cut(string(b), ":")
+	return user, pass, ok
+}
+
+func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	user, pass, _ := proxyCredentials(r)
+	id, ok := g.authenticate(user, pass)
+	if !ok {
+		authReply().write(w)
+		return
+	}
+	r.Header.Del("Proxy-Authorization")
+	if r.Method == http.MethodConnect {
+		g.serveConnect(w, r, id)
+		return
+	}
+	start := time.Now()
+	st := &reqState{id: id}
+	ctx := context.WithValue(r.Context(), stateKey{}, st)
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
+		st.addr = i.Conn.RemoteAddr().String()
+	}})
+	cw := &countingWriter{ResponseWriter: w}
+	g.proxy.ServeHTTP(cw, r.WithContext(ctx))
+	if !st.decided {
+		return // not a proxy request
+	}
+	e := g.event(policy.ProtoHTTP, id, st.dec, st.host, st.port)
+	if st.denied {
+		e.Verdict, e.Reason, e.Rule = "deny", st.reason, st.rule
+	} else {
+		e.Addr = st.addr
+	}
+	e.Method = r.Method
+	e.Path = redactPath(r.URL.EscapedPath(), r.URL.RawQuery != "")
+	e.Status = cw.status
+	e.BytesUp = max(r.ContentLength, 0)
+	e.BytesDown = cw.n
+	e.DurationMS = msSince(start)
+	g.audit.Write(e)
+}
+
+func msSince(t time.Time) float64 {
+	return float64(time.Since(t).Microseconds()) / 1000
+}
+
+// redactPath drops query values: they may carry secrets.
+func redactPath(p string, hasQuery bool) string {
+	if len(p) > 2048 {
+		p = p[:2048] + "…"
+	}
+	if hasQuery {
+		return p + "?…"
+	}
+	return p
+}
+
+// defaultPort is the port a URL scheme implies.
+func defaultPort(scheme string) uint16 {
+	if scheme == "https" || scheme == "wss" {
+		return 443
+	}
+	return 80
+}
+
+// onRequest decides a plain-HTTP request. A denial is answered here; an
+// allowed request continues to the transport, whose dialer uses the
+// decision stored in the request context.
+func (g *Gateway) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
+	st := stateFrom(r.Context())
+	if st == nil { // cannot happen through serveHTTP; fail closed
+		return r, badRequestReply("no request state").response(r)
+	}
+	st.decided = true
+	st.host = r.URL.Hostname()
+	port := defaultPort(r.URL.Scheme)
+	if ps := r.URL.Port(); ps != "" {
+		n, err := strconv.ParseUint(ps, 10, 16)
+		if err != nil || n == 0 || (len(ps) > 1 && ps[0] == '0') {
+			st.denied, st.reason = true, policy.ReasonBadPort.Code()
+			return r, badRequestReply("bad port in request URL").response(r)
+		}
+		port = uint16(n)
+	}
+	st.port = port
+	if r.URL.Scheme != "http" && r.URL.Scheme != "https" {
+		st.denied, st.reason = true, "bad-scheme"
+		return r, badRequestReply("only http and https URLs can be proxied").response(r)
+	}
+	st.dec = g.opt.Policy.Decide(policy.Request{Proto: policy.ProtoHTTP, Host: st.host, Port: port, Client: st.id.client})
+	if st.dec.Verdict == policy.Deny {
+		st.denied, st.reason, st.rule = true, st.dec.Reason.Code(), st.dec.Rule
+		return r, denyReply(st.dec, st.host, port).response(r)
+	}
+	// The Host header must name the host we decided on: no domain fronting
+	// through a permitted address.
+	r.Host = canon.HostPort(st.dec.Host, port)
+	if port == defaultPort(r.URL.Scheme) {
+		r.Host = st.dec.Host.String()
+		if st.dec.Host.Addr.Is6() {
+			r.Host = "[" + r.Host + "]"
+		}
+	}
+	r.URL.Host = canon.HostPort(st.dec.Host, port)
+	stripHopByHop(r.Header)
+	return r, nil
+}
+
+// onResponse turns a transport error into the gateway's own reply: 403 for
+// a refused resolved address, 502 for an unreachable upstream.
+func (g *Gateway) onResponse(resp *http.Response, ctx *goproxy.ProxyCtx) *http.Response {
+	if resp != nil || ctx.Error == nil {
+		return resp
+	}
+	rep, reason, rule := dialReply(ctx.Error)
+	if st := stateFrom(ctx.Req.Context()); st != nil {
+		st.denied, st.reason, st.rule = true, reason, rule
+	}
+	g.log.Debug("upstream request failed", "host", sanitize(ctx.Req.URL.Host), "err", ctx.Error)
+	return rep.response(ctx.Req)
+}
+
+// transportDial is the http.Transport's only way to reach the network: it
+// dials the decision stored in the request context through the checked
+// dialer, never the name.
+func (g *Gateway) transportDial(ctx context.Context, network, addr string) (net.Conn, error) {
+	st := stateFrom(ctx)
+	if st == nil || st.dec.Verdict == policy.Deny {
+		return nil, errors.New("gateway: dial without an allow decision")
+	}
+	c, _, err := g.opt.Dialer.DialContext(ctx, st.dec)
+	return c, err
+}
+
+// hopByHop are the headers of RFC 9110 §7.6.1 that never cross a proxy.
+var hopByHop = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding",
+}
+
+// stripHopByHop removes hop-by-hop headers, including every header that
+// Connection names. Upgrade survives only for a WebSocket handshake.
+func stripHopByHop(h http.Header) {
+	upgrade := false
+	for _, v := range h["Connection"] {
+		for _, f := range strings.Split(v, ",") {
+			f = http.CanonicalHeaderKey(strings.TrimSpace(f))
+			if f == "Upgrade" {
+				upgrade = true
+				continue
+			}
+			if f != "" {
+				h.Del(f)
+			}
+		}
+	}
+	for _, k := range hopByHop {
+		h.Del(k)
+	}
+	if upgrade && strings.EqualFold(h.Get("Upgrade"), "websocket") {
+		h.Set("Connection", "Upgrade")
+	} else {
+		h.Del("Upgrade")
+	}
+}
+
+// serveConnect handles CONNECT itself rather than through goproxy's hijack
+// action, because that action drops bytes a client pipelines after the
+// CONNECT request.
+func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, id identity) {
+	start := time.Now()
+	// r.RequestURI is the raw authority: r.URL.Host would have parsed
+	// "user@evil.test:443" as evil.test.
+	host, port, err := canon.SplitHostPort(r.RequestURI)
+	if err != nil {
+		g.audit.Write(audit.Event{Session: id.session, Client: id.client, Proto: "connect",
+			Host: sanitize(r.RequestURI), Verdict: "deny", Reason: policy.ReasonMalformedHost.Code(), Policy: g.opt.Policy.Hash()})
+		badRequestReply("CONNECT needs host:port").write(w)
+		return
+	}
+	d := g.opt.Policy.Decide(policy.Request{Proto: policy.ProtoConnect, Host: host, Port: port, Client: id.client})
+	e := g.event(policy.ProtoConnect, id, d, host, port)
+	if d.Verdict == policy.Deny {
+		if d.Reason == policy.ReasonMalformedHost {
+			badRequestReply("malformed host in CONNECT target").write(w)
+		} else {
+			denyReply(d, host, port).write(w)
+		}
+		e.DurationMS = msSince(start)
+		g.audit.Write(e)
+		return
+	}
+	dctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	upstream, addr, err := g.opt.Dialer.DialContext(dctx, d)
+	cancel()
+	if err != nil {
+		rep, reason, rule := dialReply(err)
+		e.Verdict, e.Reason, e.Rule = "deny", reason, rule
+		rep.write(w)
+		e.DurationMS = msSince(start)
+		g.audit.Write(e)
+		g.log.Debug("connect failed", "host", e.Host, "err", err)
+		return
+	}
+	e.Addr = addr.String()
+	client, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		upstream.Close()
+		return
+	}
+	_, err = io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n")
+	if err == nil && brw.Reader.Buffered() > 0 {
+		// Bytes the client sent right after the CONNECT request.
+		b, _ := brw.Reader.Peek(brw.Reader.Buffered())
+		_, err = upstream.Write(b)
+		e.BytesUp += int64(len(b))
+	}
+	if err != nil {
+		client.Close()
+		upstream.Close()
+		return
+	}
+	raw := client
+	if pc, ok := client.(*peekedConn); ok {
+		if c, ok := pc.raw(); ok {
+			raw = c
+		}
+	}
+	up, down := g.pipe(raw, raw, upstream)
+	e.BytesUp += up
+	e.BytesDown = down
+	e.DurationMS = msSince(start)
+	g.audit.Write(e)
+}
+
+// countingWriter records the status and body bytes of a response.
+type countingWriter struct {
+	http.ResponseWriter
+	status int
+	n      int64
+}
+
+func (c *countingWriter) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	n, err := c.ResponseWriter.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// Flush and Unwrap keep streaming and hijacking (WebSocket) working.
+func (c *countingWriter) Flush() {
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+func (c *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(c.ResponseWriter).Hijack()
+}

@@ -164,4 +164,3 @@ func (g *Gateway) socksConnect(ctx context.Context, w io.Writer, r *socks5.Reque
 	g.audit.Write(e)
 	return nil
 }
-

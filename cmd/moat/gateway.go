@@ -1,0 +1,233 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/moat-dev/moat/config"
+	"github.com/moat-dev/moat/gateway"
+	"github.com/moat-dev/moat/gateway/audit"
+	"github.com/moat-dev/moat/gateway/policy"
+	"github.com/moat-dev/moat/resolver"
+)
+
+// stack is a policy with the resolver and dialer that enforce it.
+type stack struct {
+	file   *config.File
+	source string
+	policy *policy.Policy
+	dialer *resolver.Dialer
+}
+
+// loadStack resolves the settings (DESIGN §2 order) and compiles them. Any
+// failure is a usage error (exit 2): never a silent default.
+func loadStack(settings string, extraAllow []string) (*stack, error) {
+	f, source, err := config.Resolve(settings)
+	if err != nil {
+		return nil, withCode(exitUsage, err)
+	}
+	f.Network.AllowedDomains = append(f.Network.AllowedDomains, extraAllow...)
+	local, err := resolver.LocalAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("list this host's addresses: %w", err)
+	}
+	pol, err := f.Compile(local)
+	if err != nil {
+		return nil, withCode(exitUsage, fmt.Errorf("%s: %w", source, err))
+	}
+	res, err := resolver.New(resolver.Options{Servers: f.DNS.Servers, Timeout: f.DNSTimeout()})
+	if err != nil {
+		return nil, withCode(exitUsage, err)
+	}
+	return &stack{file: f, source: source, policy: pol, dialer: &resolver.Dialer{Resolver: res, Policy: pol}}, nil
+}
+
+// auditSinks opens the audit destinations: --audit FILE overrides
+// audit.path; audit.stdout adds standard output.
+func auditSinks(f *config.File, path string, s stdio) (audit.Sink, func() error, error) {
+	if path == "" {
+		path = f.Audit.Path
+	}
+	var sinks audit.Multi
+	var closers []func() error
+	if path != "" {
+		fh, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, nil, withCode(exitUsage, fmt.Errorf("open audit log: %w", err))
+		}
+		j := audit.NewJSONL(fh)
+		sinks = append(sinks, j)
+		closers = append(closers, j.Close, fh.Close)
+	}
+	if f.Audit.Stdout {
+		j := audit.NewJSONL(s.out)
+		sinks = append(sinks, j)
+		closers = append(closers, j.Close)
+	}
+	closeAll := func() error {
+		var errs []error
+		for _, c := range closers {
+			errs = append(errs, c())
+		}
+		return errors.Join(errs...)
+	}
+	return sinks, closeAll, nil
+}
+
+// listen opens "unix:/path", "/path" (unix sockets) or "host:port" (TCP).
+func listen(addr string) (net.Listener, error) {
+	path, isUnix := strings.CutPrefix(addr, "unix:")
+	if isUnix || strings.HasPrefix(addr, "/") || strings.HasPrefix(addr, "./") {
+		if !isUnix {
+			path = addr
+		}
+		if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			os.Remove(path) // a stale socket of an earlier run
+		}
+		return net.Listen("unix", path)
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return nil, usageErr("--listen %q: want host:port, unix:/path or /path", addr)
+	}
+	return net.Listen("tcp", addr)
+}
+
+// readTokens reads a token file: one "TOKEN [CLIENT]" per line, # comments.
+// Errors never echo a token.
+func readTokens(path string) (map[string]string, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, withCode(exitUsage, fmt.Errorf("--token-file: %w", err))
+	}
+	defer fh.Close()
+	toks := map[string]string{}
+	sc := bufio.NewScanner(fh)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		fs := strings.Fields(line)
+		if len(fs[0]) < 16 {
+			return nil, usageErr("--token-file %s:%d: token is shorter than 16 characters", path, n)
+		}
+		client := fmt.Sprintf("client-%d", n)
+		if len(fs) > 1 {
+			client = fs[1]
+		}
+		toks[fs[0]] = client
+	}
+	if err := sc.Err(); err != nil {
+		return nil, withCode(exitUsage, fmt.Errorf("--token-file %s: %w", path, err))
+	}
+	if len(toks) == 0 {
+		return nil, usageErr("--token-file %s: no tokens (want one \"TOKEN [CLIENT]\" per line)", path)
+	}
+	return toks, nil
+}
+
+func randomID(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic("crypto/rand: " + err.Error())
+	}
+	return hex.EncodeToString(b)
+}
+
+func logger(s stdio, verbose bool) *slog.Logger {
+	lvl := slog.LevelWarn
+	if verbose {
+		lvl = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: lvl}))
+}
+
+func gatewayCmd(s stdio) *cobra.Command {
+	var (
+		settings, auditPath, tokenFile string
+		listens                        []string
+		noAuth, verbose                bool
+		grace                          time.Duration
+	)
+	c := &cobra.Command{
+		Use:   "gateway --listen ADDR... [--settings F] [--audit FILE] [--token-file F | --no-auth]",
+		Short: "Run the gateway alone, as a daemon (HTTP, CONNECT and SOCKS5 on each listener)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(listens) == 0 {
+				return usageErr("gateway: give at least one --listen ADDR (e.g. 127.0.0.1:3128 or unix:/run/moat.sock)")
+			}
+			if noAuth == (tokenFile != "") {
+				return usageErr("gateway: choose exactly one of --token-file FILE (lines \"TOKEN [CLIENT]\") or --no-auth (loopback and unix sockets only)")
+			}
+			st, err := loadStack(settings, nil)
+			if err != nil {
+				return err
+			}
+			var tokens map[string]string
+			if tokenFile != "" {
+				if tokens, err = readTokens(tokenFile); err != nil {
+					return err
+				}
+			}
+			sink, closeAudit, err := auditSinks(st.file, auditPath, s)
+			if err != nil {
+				return err
+			}
+			defer closeAudit()
+			gw, err := gateway.New(gateway.Options{
+				Policy: st.policy, Dialer: st.dialer, Audit: sink, Logger: logger(s, verbose),
+				Tokens: tokens, NoAuth: noAuth, Session: "gw-" + randomID(4),
+			})
+			if err != nil {
+				return err
+			}
+			errc := make(chan error, len(listens))
+			for _, a := range listens {
+				l, err := listen(a)
+				if err != nil {
+					return withCode(exitUsage, fmt.Errorf("listen %s: %w", a, err))
+				}
+				fmt.Fprintf(s.out, "moat gateway listening on %s %s (settings: %s)\n", l.Addr().Network(), l.Addr(), st.source)
+				go func() { errc <- gw.Serve(l) }()
+			}
+			select {
+			case <-cmd.Context().Done():
+			case err := <-errc:
+				if !errors.Is(err, gateway.ErrClosed) {
+					gctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					gw.Shutdown(gctx)
+					cancel()
+					return withCode(exitUsage, err)
+				}
+			}
+			fmt.Fprintf(s.err, "moat gateway: draining (grace %s)\n", grace)
+			gctx, cancel := context.WithTimeout(context.Background(), grace)
+			defer cancel()
+			if err := gw.Shutdown(gctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			return nil
+		},
+	}
+	fl := c.Flags()
+	fl.StringVar(&settings, "settings", "", "settings file (YAML or srt JSON); default: the DESIGN search order")
+	fl.StringArrayVar(&listens, "listen", nil, "address to serve: host:port, unix:/path or /path (repeatable)")
+	fl.StringVar(&auditPath, "audit", "", "append the JSON-lines audit log to FILE (overrides audit.path)")
+	fl.StringVar(&tokenFile, "token-file", "", "file of \"TOKEN [CLIENT]\" lines; clients send TOKEN as the proxy password")
+	fl.BoolVar(&noAuth, "no-auth", false, "accept clients without a token (developer mode; loopback and unix sockets only)")
+	fl.DurationVar(&grace, "grace", 10*time.Second, "on SIGTERM, how long open tunnels may finish before they are closed")
+	fl.BoolVarP(&verbose, "verbose", "v", false, "log debug details to stderr")
+	return c
+}

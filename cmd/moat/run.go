@@ -1,0 +1,333 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/moat-dev/moat/config"
+	"github.com/moat-dev/moat/gateway"
+	"github.com/moat-dev/moat/gateway/audit"
+	"github.com/moat-dev/moat/sandbox"
+)
+
+func extraCmds(s stdio) []*cobra.Command {
+	return []*cobra.Command{runCmd(s), planCmd(s), proxyConnectCmd(s)}
+}
+
+// runFlags are the flags shared by run and plan.
+type runFlags struct {
+	settings    string
+	allow       []string
+	allowWrite  []string
+	shellString string
+	report      bool
+	verbose     bool
+}
+
+func (f *runFlags) register(c *cobra.Command, withRun bool) {
+	fl := c.Flags()
+	fl.StringVar(&f.settings, "settings", "", "settings file (YAML or srt JSON); default: the DESIGN search order")
+	fl.StringArrayVar(&f.allow, "allow", nil, "also allow HOST[:PORT] (repeatable; same syntax as network.allowedDomains)")
+	fl.StringArrayVar(&f.allowWrite, "allow-write", nil, "also allow writes under PATH (repeatable)")
+	fl.StringVarP(&f.shellString, "command", "c", "", "run STRING with /bin/sh -c")
+	if withRun {
+		fl.BoolVar(&f.report, "report", false, "append the run's denials to stderr as <sandbox_violations>")
+		fl.BoolVarP(&f.verbose, "verbose", "v", false, "log debug details to stderr")
+	}
+}
+
+// argv is the command to run: -c STRING or the args after --.
+func (f *runFlags) argv(args []string) ([]string, error) {
+	switch {
+	case f.shellString != "" && len(args) > 0:
+		return nil, usageErr("give either -c STRING or -- CMD ARGS..., not both")
+	case f.shellString != "":
+		return []string{"/bin/sh", "-c", f.shellString}, nil
+	case len(args) > 0:
+		return args, nil
+	}
+	return nil, usageErr("no command: use moat run -- CMD ARGS... or moat run -c 'STRING'")
+}
+
+// expandPath makes p absolute: "~" and "~/x" from home, relative paths from
+// dir.
+func expandPath(p, home, dir string) string {
+	switch {
+	case p == "~":
+		return home
+	case strings.HasPrefix(p, "~/"):
+		return filepath.Join(home, p[2:])
+	case filepath.IsAbs(p):
+		return filepath.Clean(p)
+	}
+	return filepath.Join(dir, p)
+}
+
+func expandAll(ps []string, home, dir string) []string {
+	out := make([]string, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, expandPath(p, home, dir))
+	}
+	return out
+}
+
+// sandboxSpec maps the settings file onto a sandbox.Spec.
+func sandboxSpec(f *config.File, fl *runFlags, argv []string, s stdio) (sandbox.Spec, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return sandbox.Spec{}, err
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return sandbox.Spec{}, fmt.Errorf("home directory: %w", err)
+	}
+	fs := &f.Filesystem
+	spec := sandbox.Spec{
+		Args:                argv,
+		Dir:                 dir,
+		Env:                 os.Environ(),
+		DenyRead:            expandAll(fs.DenyRead, home, dir),
+		AllowRead:           expandAll(fs.AllowRead, home, dir),
+		AllowWrite:          expandAll(append(append([]string(nil), fs.AllowWrite...), fl.allowWrite...), home, dir),
+		DenyWrite:           expandAll(fs.DenyWrite, home, dir),
+		AllowGitConfig:      fs.AllowGitConfig,
+		MandatoryDenyDepth:  f.SearchDepth(),
+		AllowAllUnixSockets: f.Network.AllowAllUnixSockets,
+		AllowUnixSockets:    expandAll(f.Network.AllowUnixSockets, home, dir),
+		WeakerNested:        f.EnableWeakerNestedSandbox,
+		Stdin:               s.in,
+		Stdout:              s.out,
+		Stderr:              s.err,
+	}
+	// The settings moat itself reads are never writable from inside: an
+	// agent must not widen the policy of the next run.
+	spec.DenyWrite = append(spec.DenyWrite,
+		filepath.Join(dir, ".moat.yaml"),
+		filepath.Join(home, ".config", "moat"),
+		filepath.Join(home, ".srt-settings.json"),
+	)
+	if p := os.Getenv(config.EnvSettings); p != "" {
+		spec.DenyWrite = append(spec.DenyWrite, expandPath(p, home, dir))
+	}
+	if fl.settings != "" {
+		spec.DenyWrite = append(spec.DenyWrite, expandPath(fl.settings, home, dir))
+	}
+	return spec, nil
+}
+
+// violations collects the denials of one run for --report.
+type violations struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (v *violations) Write(e audit.Event) {
+	if e.Verdict != "deny" {
+		return
+	}
+	var line string
+	if e.Method != "" && e.Proto != "http" {
+		line = fmt.Sprintf("deny http-request %s https://%s%s (rule %s)", e.Method, e.Host, e.Path, e.Rule)
+	} else {
+		line = fmt.Sprintf("deny network-outbound %s:%d (%s)", e.Host, e.Port, e.Reason)
+	}
+	v.mu.Lock()
+	v.lines = append(v.lines, line)
+	v.mu.Unlock()
+}
+
+func (v *violations) print(w io.Writer) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.lines) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "<sandbox_violations>")
+	for _, l := range v.lines {
+		fmt.Fprintln(w, l)
+	}
+	fmt.Fprintln(w, "</sandbox_violations>")
+}
+
+// privateDir makes a 0700 directory for the per-session gateway socket: the
+// socket is the credential, so only this run's sandbox relay may reach it.
+func privateDir() (string, error) {
+	base := os.Getenv("XDG_RUNTIME_DIR")
+	if base == "" {
+		base = os.TempDir()
+	}
+	return os.MkdirTemp(base, "moat-gw-")
+}
+
+func runCmd(s stdio) *cobra.Command {
+	fl := &runFlags{}
+	c := &cobra.Command{
+		Use:   "run [--settings F] [--allow HOST[:PORT]]... [--allow-write PATH]... [--report] (-c STRING | -- CMD ARGS...)",
+		Short: "Run a command in the sandbox; its only way out is moat's gateway",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			argv, err := fl.argv(args)
+			if err != nil {
+				return err
+			}
+			if err := sandbox.Supported(); err != nil {
+				return withCode(sandbox.SetupExitCode, err)
+			}
+			st, err := loadStack(fl.settings, fl.allow)
+			if err != nil {
+				return err
+			}
+			spec, err := sandboxSpec(st.file, fl, argv, s)
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			sink, closeAudit, err := auditSinks(st.file, "", s)
+			if err != nil {
+				return err
+			}
+			viol := &violations{}
+			log := logger(s, fl.verbose)
+			gw, err := gateway.New(gateway.Options{
+				Policy: st.policy, Dialer: st.dialer, Audit: audit.Multi{sink, viol},
+				Logger: log, NoAuth: true, Session: "run-" + randomID(4),
+			})
+			if err != nil {
+				closeAudit()
+				return err
+			}
+			dir, err := privateDir()
+			if err != nil {
+				closeAudit()
+				return withCode(sandbox.SetupExitCode, fmt.Errorf("gateway socket directory: %w", err))
+			}
+			defer os.RemoveAll(dir)
+			sock := filepath.Join(dir, "gateway.sock")
+			l, err := net.Listen("unix", sock)
+			if err != nil {
+				closeAudit()
+				return withCode(sandbox.SetupExitCode, fmt.Errorf("gateway socket: %w", err))
+			}
+			go gw.Serve(l)
+			spec.GatewaySocket = sock
+			spec.Logger = log
+			code, runErr := sandbox.Run(cmd.Context(), spec)
+			gctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			gw.Shutdown(gctx)
+			cancel()
+			closeAudit()
+			if fl.report {
+				viol.print(s.err)
+			}
+			if runErr != nil {
+				return withCode(code, runErr)
+			}
+			if code != 0 {
+				return &exitError{code: code}
+			}
+			return nil
+		},
+	}
+	fl.register(c, true)
+	c.Flags().SetInterspersed(false)
+	return c
+}
+
+func planCmd(s stdio) *cobra.Command {
+	fl := &runFlags{}
+	c := &cobra.Command{
+		Use:   "plan [--settings F] [-- CMD ARGS...]",
+		Short: "Print what the sandbox would be (mounts, seccomp, environment, network policy) without running it",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			argv := []string{"/bin/sh"}
+			if fl.shellString != "" || len(args) > 0 {
+				var err error
+				if argv, err = fl.argv(args); err != nil {
+					return err
+				}
+			}
+			st, err := loadStack(fl.settings, fl.allow)
+			if err != nil {
+				return err
+			}
+			spec, err := sandboxSpec(st.file, fl, argv, s)
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			spec.GatewaySocket = "/run/user/moat-gw-XXXXXX/gateway.sock"
+			p, err := sandbox.Plan(spec)
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			fmt.Fprintf(s.out, "settings: %s\n%s", st.source, p)
+			fmt.Fprintf(s.out, "network (policy %s):\n%s", st.policy.Hash(), st.file.Summary())
+			return nil
+		},
+	}
+	fl.register(c, false)
+	c.Flags().SetInterspersed(false)
+	return c
+}
+
+// proxyConnectCmd is the ssh ProxyCommand inside the sandbox: it opens a
+// CONNECT tunnel through the relay and joins it to stdin/stdout.
+func proxyConnectCmd(s stdio) *cobra.Command {
+	var proxyAddr string
+	c := &cobra.Command{
+		Use:   "proxy-connect HOST PORT",
+		Short: "Join stdin/stdout to HOST:PORT through the gateway (ssh ProxyCommand)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			port, err := strconv.ParseUint(args[1], 10, 16)
+			if err != nil || port == 0 {
+				return usageErr("proxy-connect: PORT %q must be 1-65535", args[1])
+			}
+			target := net.JoinHostPort(args[0], strconv.Itoa(int(port)))
+			c, err := net.DialTimeout("tcp", proxyAddr, 10*time.Second)
+			if err != nil {
+				return fmt.Errorf("proxy-connect: reach the gateway at %s: %w", proxyAddr, err)
+			}
+			defer c.Close()
+			fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+			// Read the status line and headers byte by byte: nothing of the
+			// tunnel may be consumed here.
+			var head []byte
+			b := make([]byte, 1)
+			for !strings.HasSuffix(string(head), "\r\n\r\n") {
+				if len(head) > 16<<10 {
+					return errors.New("proxy-connect: gateway response too long")
+				}
+				if _, err := c.Read(b); err != nil {
+					return fmt.Errorf("proxy-connect: read gateway response: %w", err)
+				}
+				head = append(head, b[0])
+			}
+			status := strings.SplitN(string(head), "\r\n", 2)[0]
+			if f := strings.Fields(status); len(f) < 2 || f[1] != "200" {
+				body, _ := io.ReadAll(io.LimitReader(c, 4096))
+				return fmt.Errorf("proxy-connect %s: %s\n%s", target, status, body)
+			}
+			done := make(chan struct{})
+			go func() {
+				io.Copy(c, s.in)
+				if tc, ok := c.(*net.TCPConn); ok {
+					tc.CloseWrite()
+				}
+				close(done)
+			}()
+			io.Copy(s.out, c)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&proxyAddr, "proxy", "127.0.0.1:3128", "the gateway relay's address")
+	return c
+}

@@ -220,7 +220,9 @@ func runCmd(s stdio) *cobra.Command {
 			go gw.Serve(l)
 			spec.GatewaySocket = sock
 			spec.Logger = log
-			code, runErr := sandbox.Run(cmd.Context(), spec)
+			// Signals are forwarded by sandbox.Run itself; cancelling would
+			// SIGKILL the command instead of letting it handle SIGINT.
+			code, runErr := sandbox.Run(context.WithoutCancel(cmd.Context()), spec)
 			gctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			gw.Shutdown(gctx)
 			cancel()

@@ -1,0 +1,398 @@
+// Package sandbox runs one command confined: on Linux in fresh user, mount,
+// pid, net, ipc and uts namespaces with a read-only view of the host, the
+// writable paths bound in, credential stores hidden, a seccomp filter, and
+// no network except a relay on localhost that leads to the gateway's unix
+// socket; on macOS under sandbox-exec with a generated Seatbelt profile.
+// Elsewhere it returns ErrUnsupported and never runs the command
+// unconfined.
+//
+// A program that embeds the sandbox must call MaybeInit first thing in main
+// (and in TestMain): the Linux sandbox re-executes the running binary to
+// build the namespaces.
+//
+// The package knows nothing of the gateway or the config file: the caller
+// starts the gateway on a per-session unix socket and passes its path.
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Spec describes one sandboxed command. Paths must be absolute (already
+// ~-expanded by the caller); glob patterns in the path lists are expanded at
+// launch.
+type Spec struct {
+	Args []string // argv; Args[0] is resolved with the PATH of Env inside the sandbox
+	Dir  string   // working directory; default: the current directory
+	Env  []string // base environment; the proxy variables of ProxyEnv are added or overridden
+
+	// GatewaySocket is the host path of the gateway's unix socket. It should
+	// be a per-session socket in a private 0700 directory: the socket itself
+	// is the credential, so the command's environment holds no token.
+	GatewaySocket string
+
+	DenyRead, AllowRead   []string // reads are open except DenyRead, with AllowRead re-opened inside
+	AllowWrite, DenyWrite []string // writes only to AllowWrite (plus TMPDIR), minus DenyWrite
+	AllowGitConfig        bool     // lets the command write .git/config
+
+	// MandatoryDenyDepth is how many directory levels below each writable
+	// root are searched for protected names (.bashrc, .git/hooks, …).
+	// The config default is 3; negative means 0 (the roots only).
+	MandatoryDenyDepth int
+
+	AllowAllUnixSockets bool     // lifts only the seccomp rule against AF_UNIX sockets
+	AllowUnixSockets    []string // socket paths made visible (AF_UNIX stays blocked unless AllowAllUnixSockets)
+
+	// TrustBundle is an optional host path of a CA bundle. It is mounted
+	// read-only at /run/moat/trust-bundle.pem and every CA variable points at it.
+	TrustBundle string
+
+	// WeakerNested is srt's enableWeakerNestedSandbox, for running inside a
+	// container that forbids nested user namespaces and fresh /proc mounts:
+	// the host's /proc and /sys are bound read-only and the command is not
+	// put in a nested user namespace. It prints a warning to Stderr.
+	WeakerNested bool
+
+	Stdin          io.Reader // nil means /dev/null
+	Stdout, Stderr io.Writer // nil means discard
+	Logger         *slog.Logger
+}
+
+// MountKind says what one step of the mount table does.
+type MountKind string
+
+// The kinds of Mount, in the order the Linux init stage applies them.
+const (
+	MountRoot   MountKind = "rbind-root" // the host's / onto the new root, recursively read-only and nosuid
+	MountDev    MountKind = "dev"        // minimal /dev: null zero full random urandom tty, devpts, shm
+	MountBind   MountKind = "bind"       // Source onto Target (recursive), Flags "rw" or "ro"
+	MountTmpfs  MountKind = "tmpfs"      // empty tmpfs hiding a denied directory
+	MountSeal   MountKind = "seal-ro"    // make the tmpfs at Target read-only, after binds inside it
+	MountEmpty  MountKind = "empty"      // empty read-only file over a denied file or a protected name
+	MountRun    MountKind = "run"        // tmpfs over /run
+	MountSocket MountKind = "socket"     // bind a unix socket
+	MountProc   MountKind = "proc"       // fresh proc of the new pid namespace (or the host's, weaker)
+	MountSysfs  MountKind = "sysfs"      // fresh sysfs of the new net namespace (or the host's, weaker)
+)
+
+// Mount is one step of the mount table.
+type Mount struct {
+	Kind   MountKind
+	Source string `json:",omitempty"`
+	Target string
+	Flags  string `json:",omitempty"`
+	// Placeholder means Target does not exist on the host: an empty file is
+	// created there for the duration of the run (and removed afterwards), so
+	// the name cannot be created from inside.
+	Placeholder bool `json:",omitempty"`
+}
+
+func (m Mount) String() string {
+	s := fmt.Sprintf("%-10s %s", m.Kind, m.Target)
+	if m.Source != "" && m.Source != m.Target {
+		s += " <- " + m.Source
+	}
+	if m.Flags != "" {
+		s += " (" + m.Flags + ")"
+	}
+	if m.Placeholder {
+		s += " [placeholder]"
+	}
+	return s
+}
+
+// Paths inside the Linux sandbox.
+const (
+	innerGatewaySocket = "/run/moat/gateway.sock"
+	innerTrustBundle   = "/run/moat/trust-bundle.pem"
+)
+
+// PlanInfo is what the sandbox would be, computed without running anything.
+type PlanInfo struct {
+	Args     []string
+	Dir      string
+	TmpDir   string
+	Mounts   []Mount
+	Seccomp  []SeccompRule
+	Env      []string // secret-looking values redacted
+	Warnings []string `json:",omitempty"`
+
+	env []string // unredacted, for Run
+}
+
+// String renders the plan for `moat policy` style output.
+func (p *PlanInfo) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "command: %q\ndir: %s\ntmpdir: %s\nmounts:\n", p.Args, p.Dir, p.TmpDir)
+	for i, m := range p.Mounts {
+		fmt.Fprintf(&b, "  %2d %s\n", i+1, m)
+	}
+	b.WriteString("seccomp (default allow):\n")
+	for _, r := range p.Seccomp {
+		fmt.Fprintf(&b, "  %s\n", r)
+	}
+	b.WriteString("env:\n")
+	for _, e := range p.Env {
+		fmt.Fprintf(&b, "  %s\n", e)
+	}
+	for _, w := range p.Warnings {
+		fmt.Fprintf(&b, "warning: %s\n", w)
+	}
+	return b.String()
+}
+
+// Plan returns what Run would build for s, without running it. The private
+// TMPDIR is shown as it would be named, with a placeholder suffix.
+func Plan(s Spec) (*PlanInfo, error) {
+	return buildPlan(s, filepath.Join(os.TempDir(), "moat-run-XXXXXX"))
+}
+
+// buildPlan computes the mount table for s with the per-run directory
+// runDir (holding tmp/, root/ and the empty file). It stats and walks the
+// file system but changes nothing.
+func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
+	if len(s.Args) == 0 || s.Args[0] == "" {
+		return nil, ErrNoCommand
+	}
+	if s.GatewaySocket == "" {
+		return nil, ErrNoGateway
+	}
+	dir := s.Dir
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: working directory: %w", err)
+		}
+		dir = wd
+	}
+	var errs []error
+	abs := func(field string, ps []string) []string {
+		var out []string
+		for i, p := range ps {
+			if !filepath.IsAbs(p) {
+				errs = append(errs, fmt.Errorf("sandbox: %s[%d] %q: path must be absolute", field, i, p))
+				continue
+			}
+			out = append(out, expandGlob(p)...)
+		}
+		return out
+	}
+	for _, f := range []struct{ name, p string }{{"Dir", dir}, {"GatewaySocket", s.GatewaySocket}} {
+		if !filepath.IsAbs(f.p) {
+			errs = append(errs, fmt.Errorf("sandbox: %s %q: path must be absolute", f.name, f.p))
+		}
+	}
+	if s.TrustBundle != "" && !filepath.IsAbs(s.TrustBundle) {
+		errs = append(errs, fmt.Errorf("sandbox: TrustBundle %q: path must be absolute", s.TrustBundle))
+	}
+	denyRead := abs("DenyRead", s.DenyRead)
+	allowRead := abs("AllowRead", s.AllowRead)
+	allowWrite := abs("AllowWrite", s.AllowWrite)
+	denyWrite := abs("DenyWrite", s.DenyWrite)
+	sockets := abs("AllowUnixSockets", s.AllowUnixSockets)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	dir = filepath.Clean(dir)
+	tmpDir := filepath.Join(runDir, "tmp")
+	empty := filepath.Join(runDir, "empty")
+	p := &PlanInfo{Args: append([]string(nil), s.Args...), Dir: dir, TmpDir: tmpDir}
+	add := func(m Mount) { p.Mounts = append(p.Mounts, m) }
+
+	add(Mount{Kind: MountRoot, Source: "/", Target: "/", Flags: "ro,nosuid"})
+	add(Mount{Kind: MountDev, Target: "/dev"})
+
+	// 4. Writable paths, parents first so a child bind is not hidden.
+	writable := dedupe(append([]string{tmpDir}, sortedExisting(allowWrite)...))
+	sort.Strings(writable)
+	for _, w := range writable {
+		add(Mount{Kind: MountBind, Source: w, Target: w, Flags: "rw"})
+	}
+	for _, w := range allowWrite {
+		if !exists(w) {
+			p.Warnings = append(p.Warnings, fmt.Sprintf("allowWrite %s does not exist: not writable", w))
+		}
+	}
+
+	// 5. Hide denied directories; re-open allowed paths inside them.
+	var hidden []string // denied dirs and files
+	for _, d := range sortedExisting(denyRead) {
+		if under(d, hidden) && !under(d, allowRead) && !under(d, allowWrite) {
+			continue // already hidden by a denied parent
+		}
+		fi, err := os.Stat(d)
+		if err != nil {
+			continue
+		}
+		hidden = append(hidden, d)
+		if !fi.IsDir() {
+			add(Mount{Kind: MountEmpty, Source: empty, Target: d, Flags: "ro"})
+			continue
+		}
+		add(Mount{Kind: MountTmpfs, Target: d, Flags: "ro"})
+		for _, a := range sortedExisting(append(append([]string{}, allowRead...), allowWrite...)) {
+			if a == d || !strings.HasPrefix(a, d+"/") {
+				continue
+			}
+			fl := "ro"
+			if under(a, allowWrite) && !under(a, denyWrite) {
+				fl = "rw"
+			}
+			add(Mount{Kind: MountBind, Source: a, Target: a, Flags: fl})
+		}
+		add(Mount{Kind: MountSeal, Target: d, Flags: "ro"})
+	}
+	visible := func(q string) bool {
+		return !under(q, hidden) || under(q, allowRead) || under(q, allowWrite)
+	}
+	isWritable := func(q string) bool { return under(q, writable) && visible(q) }
+
+	// 6. Write denies inside writable paths: explicit denyWrite entries, then
+	// the mandatory names in Dir, every writable root and $HOME.
+	var roProtect, placeholders []string
+	for _, d := range denyWrite {
+		if exists(d) {
+			if isWritable(d) {
+				roProtect = append(roProtect, d)
+			}
+			continue
+		}
+		if m := firstMissing("/", strings.TrimPrefix(d, "/")); m != "" && isWritable(filepath.Dir(m)) {
+			placeholders = append(placeholders, m)
+		}
+	}
+	roots := []string{dir}
+	roots = append(roots, writable...)
+	if h := homeOf(s.Env); h != "" {
+		roots = append(roots, h)
+	}
+	var mroots []string
+	for _, r := range dedupe(roots) {
+		if r != tmpDir && isWritable(r) {
+			mroots = append(mroots, r)
+		}
+	}
+	depth := s.MandatoryDenyDepth
+	if depth < 0 {
+		depth = 0
+	}
+	ex, miss := MandatoryDenies(mroots, depth, s.AllowGitConfig)
+	for _, e := range ex {
+		if isWritable(e) {
+			roProtect = append(roProtect, e)
+		}
+	}
+	for _, m := range miss {
+		if isWritable(filepath.Dir(m)) {
+			placeholders = append(placeholders, m)
+		}
+	}
+	for _, r := range dedupe(roProtect) {
+		add(Mount{Kind: MountBind, Source: r, Target: r, Flags: "ro"})
+	}
+	for _, m := range dedupe(placeholders) {
+		add(Mount{Kind: MountEmpty, Source: empty, Target: m, Flags: "ro", Placeholder: true})
+	}
+
+	// 7. /run: only the gateway socket (and what the caller lets in).
+	add(Mount{Kind: MountRun, Target: "/run", Flags: "ro"})
+	add(Mount{Kind: MountSocket, Source: s.GatewaySocket, Target: innerGatewaySocket})
+	for _, u := range sockets {
+		if strings.HasPrefix(u, "/run/") || !visible(u) {
+			add(Mount{Kind: MountSocket, Source: u, Target: u})
+		}
+	}
+	bundle := ""
+	if s.TrustBundle != "" {
+		bundle = innerTrustBundle
+		add(Mount{Kind: MountBind, Source: s.TrustBundle, Target: innerTrustBundle, Flags: "ro"})
+	}
+	add(Mount{Kind: MountSeal, Target: "/run", Flags: "ro"})
+
+	// 8. Fresh /proc and /sys.
+	if s.WeakerNested {
+		add(Mount{Kind: MountProc, Source: "/proc", Target: "/proc", Flags: "host,ro"})
+		add(Mount{Kind: MountSysfs, Source: "/sys", Target: "/sys", Flags: "host,ro"})
+		p.Warnings = append(p.Warnings, "enableWeakerNestedSandbox: host /proc and /sys are visible and the command is not in a nested user namespace")
+	} else {
+		add(Mount{Kind: MountProc, Target: "/proc", Flags: "nosuid,nodev,noexec"})
+		add(Mount{Kind: MountSysfs, Target: "/sys", Flags: "ro,nosuid,nodev,noexec"})
+	}
+
+	self, _ := os.Executable()
+	p.env = ProxyEnv(s.Env, EnvOptions{Self: self, TmpDir: tmpDir, TrustBundle: bundle})
+	p.Env = redactEnv(p.env)
+	p.Seccomp = SeccompRules(s.AllowAllUnixSockets)
+	return p, nil
+}
+
+// expandGlob expands a pattern with glob metacharacters; a plain path (or a
+// pattern without matches) is returned cleaned, as is.
+func expandGlob(p string) []string {
+	p = filepath.Clean(p)
+	if !strings.ContainsAny(p, "*?[") {
+		return []string{p}
+	}
+	m, err := filepath.Glob(p)
+	if err != nil || len(m) == 0 {
+		return nil // nothing matches now: nothing to hide or open
+	}
+	return m
+}
+
+// under reports whether p is one of roots or below one of them.
+func under(p string, roots []string) bool {
+	for _, r := range roots {
+		if p == r || r == "/" || strings.HasPrefix(p, r+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+// sortedExisting returns the existing paths of ps, deduplicated, sorted so
+// parents come before children.
+func sortedExisting(ps []string) []string {
+	var out []string
+	for _, p := range dedupe(ps) {
+		if exists(p) {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func dedupe(ps []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range ps {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// homeOf returns $HOME from env, or "".
+func homeOf(env []string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], "HOME="); ok && filepath.IsAbs(v) {
+			return filepath.Clean(v)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,255 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moat-dev/moat/e2e/testnet"
+	"github.com/moat-dev/moat/resolver/dnstest"
+	"github.com/moat-dev/moat/sandbox"
+)
+
+// box is a project inside a temporary $HOME, with a denied directory, an
+// upstream test host and a settings file for moat run.
+type box struct {
+	home, project, secret string
+	settings              string
+	up                    string // upstream base URL by name
+	upIP                  string
+	port                  string
+}
+
+func newBox(t *testing.T, extraYAML string) *box {
+	t.Helper()
+	if err := sandbox.Supported(); err != nil {
+		t.Skipf("sandbox unsupported here: %v", err)
+	}
+	need(t, "curl", "git")
+	root := t.TempDir()
+	b := &box{home: filepath.Join(root, "home")}
+	b.project = filepath.Join(b.home, "project")
+	b.secret = filepath.Join(b.home, "secret")
+	for _, d := range []string{b.project, b.secret} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(b.secret, "key"), []byte("top secret\n"), 0o600)
+	os.WriteFile(filepath.Join(b.home, ".bashrc"), []byte("# host bashrc\n"), 0o644)
+	gitInit := exec.Command("git", "init", "-q", b.project)
+	gitInit.Env = append(testnet.GitEnv(), "HOME="+b.home)
+	if out, err := gitInit.CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+
+	n := testnet.New(t)
+	b.upIP = n.IP().String()
+	mux := testnet.Handler()
+	gitRoot := t.TempDir()
+	testnet.NewBareRepo(t, gitRoot, "owner/repo.git")
+	git := testnet.GitHandler(gitRoot)
+	u := n.HTTPServerOn(t, b.upIP+":8080", handlerSplit(mux, git))
+	b.port = u.Port()
+	dns := dnstest.New(t)
+	dns.Set("ok.e2e.test", []netip.Addr{n.IP()}, time.Minute)
+	dns.Set("blocked.e2e.test", []netip.Addr{n.IP()}, time.Minute)
+	b.up = "http://ok.e2e.test:" + b.port
+	b.settings = writeSettings(t, fmt.Sprintf(`
+network:
+  allowedDomains: ["ok.e2e.test"]
+filesystem:
+  denyRead: [%q]
+  allowWrite: [%q]
+dns:
+  servers: [%q]
+%s`, b.secret, b.project, dns.Addr, extraYAML))
+	return b
+}
+
+// moat runs `moat run` in the project with HOME set, and returns output
+// and the exit code.
+func (b *box) moat(t *testing.T, stdin string, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, moatBin, append([]string{"run", "--settings", b.settings}, args...)...)
+	cmd.Dir = b.project
+	cmd.Env = append(cleanEnv(), "HOME="+b.home)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("moat run: %v", err)
+		}
+		code = ee.ExitCode()
+	}
+	return out.String(), code
+}
+
+func (b *box) sh(t *testing.T, script string) (string, int) {
+	t.Helper()
+	return b.moat(t, "", "-c", script)
+}
+
+func TestSandboxReads(t *testing.T) {
+	b := newBox(t, "")
+	out, _ := b.sh(t, `cat "`+b.secret+`/key"; echo "ls:[$(ls -A "`+b.secret+`")]"; echo x > "`+b.secret+`/new" 2>&1; true`)
+	if !strings.Contains(out, "No such file or directory") || !strings.Contains(out, "ls:[]") || strings.Contains(out, "top secret") {
+		t.Errorf("denied read:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(b.secret, "new")); err == nil {
+		t.Errorf("a write into the denied directory reached the host")
+	}
+}
+
+func TestSandboxWrites(t *testing.T) {
+	b := newBox(t, "")
+	out, _ := b.sh(t, `
+for f in /tmp/x "$HOME/x" /usr/x "`+filepath.Dir(b.home)+`/outside"; do touch "$f" 2>&1; done
+mkdir -p .git/hooks .vscode 2>&1
+for f in .bashrc .gitconfig .mcp.json .git/hooks/pre-commit .git/config .vscode/x; do
+  if echo pwned >> "$f" 2>/dev/null; then echo "WROTE $f"; else echo "refused $f"; fi
+done
+echo hello > ok.txt && echo "project write ok"
+echo "tmpdir:$TMPDIR"; touch "$TMPDIR/t" && echo "tmpdir ok"
+`)
+	if n := strings.Count(out, "Read-only file system"); n < 4 {
+		t.Errorf("want 4 EROFS writes (/tmp, $HOME, /usr, outside), got %d:\n%s", n, out)
+	}
+	if strings.Contains(out, "WROTE") || strings.Count(out, "refused ") != 6 {
+		t.Errorf("mandatory-deny writes:\n%s", out)
+	}
+	if !strings.Contains(out, "project write ok") || !strings.Contains(out, "tmpdir ok") {
+		t.Errorf("allowed writes failed:\n%s", out)
+	}
+	if got, _ := os.ReadFile(filepath.Join(b.project, "ok.txt")); string(got) != "hello\n" {
+		t.Errorf("project write did not reach the host: %q", got)
+	}
+	for _, f := range []string{".bashrc", ".gitconfig", ".mcp.json", ".git/hooks/pre-commit", ".vscode/x"} {
+		if data, err := os.ReadFile(filepath.Join(b.project, f)); err == nil && len(data) > 0 {
+			t.Errorf("%s on the host has content %q", f, data)
+		}
+	}
+	if data, _ := os.ReadFile(filepath.Join(b.project, ".git/config")); strings.Contains(string(data), "pwned") {
+		t.Errorf(".git/config was written")
+	}
+	// Placeholders are gone after the run.
+	for _, f := range []string{".bashrc", ".gitconfig", ".mcp.json"} {
+		if _, err := os.Stat(filepath.Join(b.project, f)); err == nil {
+			t.Errorf("placeholder %s left on the host", f)
+		}
+	}
+}
+
+func TestSandboxHomeBashrcWithWritableHome(t *testing.T) {
+	b := newBox(t, "")
+	// Make $HOME itself writable: ~/.bashrc must stay protected (srt #175).
+	data, _ := os.ReadFile(b.settings)
+	os.WriteFile(b.settings, bytes.Replace(data, []byte("allowWrite: ["), []byte(fmt.Sprintf("allowWrite: [%q, ", b.home)), 1), 0o600)
+	out, _ := b.sh(t, `echo pwned >> "$HOME/.bashrc" 2>&1 || echo refused; touch "$HOME/ok" && echo home-ok`)
+	if !strings.Contains(out, "refused") || !strings.Contains(out, "home-ok") {
+		t.Errorf("writable home:\n%s", out)
+	}
+	if got, _ := os.ReadFile(filepath.Join(b.home, ".bashrc")); string(got) != "# host bashrc\n" {
+		t.Errorf("~/.bashrc changed: %q", got)
+	}
+}
+
+func TestSandboxNetwork(t *testing.T) {
+	b := newBox(t, "")
+	out, _ := b.sh(t, fmt.Sprintf(`
+curl -sS -o /dev/null -w "allowed:%%{http_code}\n" %[1]s/bytes/64
+curl -sS -D - -o /dev/null http://blocked.e2e.test:%[2]s/ 2>&1 | tr -d '\r' | grep -i -E '^(HTTP|X-Proxy-Error)'
+curl -sS --max-time 3 --noproxy '*' -o /dev/null http://%[3]s:%[2]s/ 2>&1 && echo NOPROXY-CONNECTED || echo "noproxy failed"
+python3 -c 'import socket; s=socket.socket(); s.settimeout(3); s.connect(("%[3]s", %[2]s)); print("RAW-CONNECTED")' 2>&1 | tail -1
+echo "ifaces:$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ,)"
+git clone -q %[1]s/owner/repo.git clone 2>&1 && echo "clone ok: $(git -C clone log --oneline | wc -l)"
+`, b.up, b.port, b.upIP))
+	for _, want := range []string{"allowed:200", "HTTP/1.1 403", "X-Proxy-Error: blocked-by-allowlist", "noproxy failed", "ifaces:lo,", "clone ok: 1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "CONNECTED") {
+		t.Errorf("a proxy-ignoring client reached the network:\n%s", out)
+	}
+}
+
+func TestSandboxEscapesRefused(t *testing.T) {
+	b := newBox(t, "")
+	need(t, "python3", "unshare")
+	before, _ := os.ReadFile(filepath.Join(b.home, ".bashrc"))
+	out, _ := b.sh(t, `
+python3 -c 'import socket; socket.socket(socket.AF_UNIX)' 2>/dev/null && echo ESCAPE-unix || echo "refused unix"
+python3 -c 'import socket; socket.socketpair()' 2>/dev/null && echo ESCAPE-socketpair || echo "refused socketpair"
+for f in -U -n -m; do unshare $f true 2>/dev/null && echo "ESCAPE-unshare$f" || echo "refused unshare$f"; done
+mount -t tmpfs none "$HOME" 2>/dev/null && echo ESCAPE-mount || echo "refused mount"
+umount /proc 2>/dev/null && echo ESCAPE-umount || echo "refused umount"
+umount -l "`+b.secret+`" 2>/dev/null && echo ESCAPE-umount2 || echo "refused umount2"
+python3 -c '
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+r = libc.ptrace(16, 1, 0, 0)
+print("ESCAPE-ptrace" if r == 0 else "refused ptrace")
+'
+echo "procs:$(ls /proc | grep -c -E '^[0-9]+$')"
+cat "`+b.secret+`/key" 2>&1 | head -1
+`)
+	if strings.Contains(out, "ESCAPE") || strings.Count(out, "refused") != 9 {
+		t.Errorf("escape attempts:\n%s", out)
+	}
+	if strings.Contains(out, "top secret") {
+		t.Errorf("secret readable after the attempts:\n%s", out)
+	}
+	var procs int
+	if i := strings.Index(out, "procs:"); i >= 0 {
+		fmt.Sscanf(out[i:], "procs:%d", &procs)
+	}
+	if procs == 0 || procs > 8 {
+		t.Errorf("/proc shows %d processes, want only the sandbox's few:\n%s", procs, out)
+	}
+	after, _ := os.ReadFile(filepath.Join(b.home, ".bashrc"))
+	if !bytes.Equal(before, after) {
+		t.Errorf("host file changed")
+	}
+}
+
+func TestSandboxProcess(t *testing.T) {
+	b := newBox(t, "")
+	if _, code := b.sh(t, "exit 7"); code != 7 {
+		t.Errorf("exit 7 gave %d", code)
+	}
+	if _, code := b.sh(t, "kill -TERM $$"); code != 143 {
+		t.Errorf("kill -TERM $$ gave %d, want 143", code)
+	}
+	if out, code := b.moat(t, "through stdin\n", "--", "cat"); code != 0 || out != "through stdin\n" {
+		t.Errorf("stdin: %q exit %d", out, code)
+	}
+	if out, code := b.moat(t, "", "--", "/no/such/cmd"); code == 0 {
+		t.Errorf("missing command exited 0: %s", out)
+	}
+}
+
+// handlerSplit sends git smart-HTTP paths to git and the rest to h.
+func handlerSplit(h, git http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/owner/") {
+			git.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}

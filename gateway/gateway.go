@@ -10,7 +10,6 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -355,7 +354,7 @@ type closeWriter interface{ CloseWrite() error }
 // pipe copies both directions until both end, half-closing as each side
 // finishes. Copies between *net.TCPConn and *net.UnixConn use splice.
 // It returns the bytes sent upstream and downstream.
-func (g *Gateway) pipe(client net.Conn, clientR io.Reader, upstream net.Conn) (up, down int64) {
+func (g *Gateway) pipe(client net.Conn, clientR net.Conn, upstream net.Conn) (up, down int64) {
 	t := &tunnel{a: client, b: upstream}
 	g.mu.Lock()
 	g.tunnels[t] = struct{}{}
@@ -368,7 +367,7 @@ func (g *Gateway) pipe(client net.Conn, clientR io.Reader, upstream net.Conn) (u
 	}()
 	done := make(chan int64, 1)
 	go func() {
-		n, _ := io.Copy(upstream, clientR)
+		n, _ := relay(upstream, clientR)
 		if cw, ok := upstream.(closeWriter); ok {
 			_ = cw.CloseWrite()
 		} else {
@@ -376,7 +375,7 @@ func (g *Gateway) pipe(client net.Conn, clientR io.Reader, upstream net.Conn) (u
 		}
 		done <- n
 	}()
-	down, _ = io.Copy(client, upstream)
+	down, _ = relay(client, upstream)
 	if cw, ok := client.(closeWriter); ok {
 		_ = cw.CloseWrite()
 	} else {

@@ -187,6 +187,7 @@ func runCmd(s stdio) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			tuneGC()
 			spec, err := sandboxSpec(st.file, fl, argv, s)
 			if err != nil {
 				return withCode(exitUsage, err)

@@ -19,7 +19,7 @@ WRK_CONNS=${WRK_CONNS:-64}
 WRK_DURATION=${WRK_DURATION:-10s}
 SMALL_BYTES=${SMALL_BYTES:-1024}
 BIG_BYTES=${BIG_BYTES:-104857600} # 100 MiB
-CURL_RUNS=${CURL_RUNS:-3}         # best of N for each download
+CURL_RUNS=${CURL_RUNS:-5}         # median of N for each download
 MOAT_BIN=${MOAT_BIN:-}            # a prebuilt moat binary; empty: build ./cmd/moat
 
 # --- setup ------------------------------------------------------------------
@@ -143,28 +143,32 @@ wrk_rps() {
 	awk '/^Requests\/sec:/ { print $2 }' <<<"$out"
 }
 
-# curl_speed LABEL ARGS... prints the best download speed (bytes/s) of
-# CURL_RUNS runs, checking status and size each time.
-curl_speed() {
+# curl_once LABEL ARGS... prints one download speed (bytes/s), checking
+# status and size.
+curl_once() {
 	local label=$1; shift
-	local best=0 out code size speed
-	for _ in $(seq 1 "$CURL_RUNS"); do
-		out=$(curl -s -o /dev/null -w '%{http_code} %{size_download} %{speed_download}' "$@" || true)
-		read -r code size speed <<<"$out"
-		[[ $code == 200 && $size == "$BIG_BYTES" ]] || die "curl $label: status $code, $size bytes (want 200, $BIG_BYTES)"
-		echo "  [$label] $(awk -v s="$speed" 'BEGIN { printf "%.1f MiB/s", s / 1048576 }')" >&2
-		best=$(awk -v a="$best" -v b="$speed" 'BEGIN { print (b > a) ? b : a }')
-	done
-	echo "$best"
+	local out code size speed
+	out=$(curl -s -o /dev/null -w '%{http_code} %{size_download} %{speed_download}' "$@" || true)
+	read -r code size speed <<<"$out"
+	[[ $code == 200 && $size == "$BIG_BYTES" ]] || die "curl $label: status $code, $size bytes (want 200, $BIG_BYTES)"
+	echo "  [$label] $(awk -v s="$speed" 'BEGIN { printf "%.1f MiB/s", s / 1048576 }')" >&2
+	echo "$speed"
 }
+
+median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
 echo "== wrk: $SMALL_BYTES-byte GETs, -t $WRK_THREADS -c $WRK_CONNS -d $WRK_DURATION"
 direct_rps=$(wrk_rps direct "http://$UP/bytes/$SMALL_BYTES")
 through_rps=$(TARGET_URL="http://$UP/bytes/$SMALL_BYTES" wrk_rps gateway -s "$BENCH/proxy.lua" "http://127.0.0.1:$PROXY_PORT/")
 
-echo "== curl: $BIG_BYTES-byte download, best of $CURL_RUNS"
-direct_bps=$(curl_speed direct --noproxy '*' "http://$UP/bytes/$BIG_BYTES")
-through_bps=$(curl_speed connect -p -x "http://127.0.0.1:$PROXY_PORT" "http://$UP/bytes/$BIG_BYTES")
+echo "== curl: $BIG_BYTES-byte download, median of $CURL_RUNS, direct and tunnel interleaved"
+d_all=() t_all=()
+for _ in $(seq 1 "$CURL_RUNS"); do
+	d_all+=("$(curl_once direct --noproxy '*' "http://$UP/bytes/$BIG_BYTES")")
+	t_all+=("$(curl_once connect -p -x "http://127.0.0.1:$PROXY_PORT" "http://$UP/bytes/$BIG_BYTES")")
+done
+direct_bps=$(printf '%s\n' "${d_all[@]}" | median)
+through_bps=$(printf '%s\n' "${t_all[@]}" | median)
 
 echo
 echo "== results (through/direct, same run)"

@@ -1,0 +1,83 @@
+package gateway
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// relayBufs serves the copies that cannot splice (e.g. into a unix socket).
+var relayBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+// relay copies src to dst until src ends. It holds nothing while src is
+// idle: it waits for readability with a zero-copy MSG_PEEK, asks the kernel
+// how much is queued (SIOCINQ, tcp(7)), and only then moves exactly that much —
+// spliced where dst is TCP. A plain io.Copy would park a splice pipe (two
+// file descriptors) or a 32 KiB buffer in every idle tunnel, which caps a
+// gateway at a few thousand idle tunnels.
+func relay(dst, src net.Conn) (int64, error) {
+	sc, ok := src.(syscall.Conn)
+	if !ok {
+		return io.Copy(dst, src)
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return io.Copy(dst, src)
+	}
+	var total int64
+	var peek [1]byte
+	for {
+		var avail int
+		var eof bool
+		var perr error
+		err := rc.Read(func(fd uintptr) bool {
+			n, _, err := unix.Recvfrom(int(fd), peek[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			switch {
+			case err == unix.EAGAIN || err == unix.EINTR:
+				return false // wait for readability, holding nothing
+			case err != nil:
+				perr = err
+			case n == 0:
+				eof = true
+			default:
+				avail, perr = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+			}
+			return true
+		})
+		if err != nil {
+			return total, err
+		}
+		if perr != nil {
+			return total, perr
+		}
+		if eof {
+			return total, nil
+		}
+		if avail <= 0 {
+			avail = 1
+		}
+		lr := &io.LimitedReader{R: src, N: int64(avail)}
+		var n int64
+		if _, isTCP := dst.(*net.TCPConn); isTCP {
+			n, err = io.Copy(dst, lr) // splice
+		} else {
+			bp := relayBufs.Get().(*[]byte)
+			n, err = io.CopyBuffer(writerOnly{dst}, lr, *bp)
+			relayBufs.Put(bp)
+		}
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if n == 0 {
+			return total, errors.New("relay: no progress")
+		}
+	}
+}
+
+// writerOnly hides ReadFrom so CopyBuffer uses the pooled buffer.
+type writerOnly struct{ io.Writer }

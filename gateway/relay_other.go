@@ -1,0 +1,11 @@
+//go:build !linux
+
+package gateway
+
+import (
+	"io"
+	"net"
+)
+
+// relay copies src to dst until src ends.
+func relay(dst, src net.Conn) (int64, error) { return io.Copy(dst, src) }

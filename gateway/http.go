@@ -348,6 +348,23 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// ReadFrom lets io.Copy use the server's pooled buffers: without it every
+// proxied response allocated a fresh 32 KiB copy buffer.
+func (c *countingWriter) ReadFrom(r io.Reader) (int64, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	var n int64
+	var err error
+	if rf, ok := c.ResponseWriter.(io.ReaderFrom); ok {
+		n, err = rf.ReadFrom(r)
+	} else {
+		n, err = io.Copy(struct{ io.Writer }{c.ResponseWriter}, r)
+	}
+	c.n += n
+	return n, err
+}
+
 // Flush and Unwrap keep streaming and hijacking (WebSocket) working.
 func (c *countingWriter) Flush() {
 	if f, ok := c.ResponseWriter.(http.Flusher); ok {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/moat-dev/moat/gateway/audit"
 	"github.com/moat-dev/moat/gateway/policy"
+	"github.com/moat-dev/moat/mitm"
 	"github.com/moat-dev/moat/resolver"
 )
 
@@ -51,6 +52,12 @@ type Options struct {
 	MaxHeaderBytes int
 	// IdleTimeout closes idle keep-alive client connections. Default 2m.
 	IdleTimeout time.Duration
+	// Interceptor terminates TLS for Inspect decisions and applies the
+	// per-request rules. Nil: Inspect decisions are refused (fail closed).
+	Interceptor *mitm.Interceptor
+	// Parent chains through a corporate proxy after the gateway's own
+	// decision (network.parentProxy). Default: dial directly.
+	Parent *Parent
 	// MaxIdlePerHost sizes the upstream pool for plain HTTP. Go's default
 	// of 2 caps a busy proxy at a fraction of direct throughput. Default 256.
 	MaxIdlePerHost int

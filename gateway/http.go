@@ -10,6 +10,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/moat-dev/moat/gateway/audit"
 	"github.com/moat-dev/moat/gateway/policy"
 	"github.com/moat-dev/moat/gateway/policy/canon"
+	"github.com/moat-dev/moat/mitm"
 )
 
 // reqState carries one plain-HTTP request's identity and decision from the
@@ -195,7 +197,77 @@ func (g *Gateway) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 	}
 	r.URL.Host = canon.HostPort(st.dec.Host, port)
 	stripHopByHop(r.Header)
+	if st.dec.Verdict == policy.Inspect {
+		if g.opt.Interceptor == nil {
+			st.denied, st.reason = true, reasonNoInterceptor
+			return r, noInterceptorReply().response(r)
+		}
+		rd, refuse := g.opt.Interceptor.Filter(r, st.dec)
+		st.rule = rd.RuleID
+		if refuse != nil {
+			st.denied, st.reason = true, rd.Code
+			rec := httptest.NewRecorder()
+			refuse.ServeHTTP(rec, r)
+			return r, rec.Result()
+		}
+	}
 	return r, nil
+}
+
+// inspectConnect answers CONNECT and hands the connection to the
+// interceptor, which terminates TLS and decides every request inside.
+// Without an interceptor an Inspect decision is refused: fail closed.
+func (g *Gateway) inspectConnect(w http.ResponseWriter, id identity, d policy.Decision, e audit.Event, start time.Time) {
+	if g.opt.Interceptor == nil {
+		noInterceptorReply().write(w)
+		e.Verdict, e.Reason = "deny", reasonNoInterceptor
+		g.audit.Write(e)
+		return
+	}
+	client, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		client.Close()
+		return
+	}
+	conn := client
+	if brw.Reader.Buffered() > 0 {
+		conn = &peekedConn{Conn: client, r: brw.Reader}
+	}
+	g.intercept(conn, id, d, e, start, "connect")
+}
+
+// intercept runs the interceptor on an answered tunnel. Non-TLS bytes fall
+// back to an opaque tunnel under the same decision.
+func (g *Gateway) intercept(conn net.Conn, id identity, d policy.Decision, e audit.Event, start time.Time, proto string) {
+	t := &tunnel{a: conn, b: conn}
+	g.mu.Lock()
+	g.tunnels[t] = struct{}{}
+	g.mu.Unlock()
+	defer func() {
+		t.close()
+		g.mu.Lock()
+		delete(g.tunnels, t)
+		g.mu.Unlock()
+	}()
+	opaque := func(c net.Conn) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		upstream, addr, err := g.dialUpstream(ctx, d, false)
+		cancel()
+		if err != nil {
+			_, reason, rule := dialReply(err)
+			e.Verdict, e.Reason, e.Rule = "deny", reason, rule
+			c.Close()
+			return
+		}
+		e.Verdict, e.Addr = "allow", addr.String()
+		e.BytesUp, e.BytesDown = g.pipe(c, c, upstream)
+	}
+	g.opt.Interceptor.Serve(context.Background(), conn, d, mitm.Meta{Session: id.session, Client: id.client, Proto: proto}, opaque)
+	e.DurationMS = msSince(start)
+	g.audit.Write(e)
 }
 
 // onResponse turns a transport error into the gateway's own reply: 403 for
@@ -220,7 +292,7 @@ func (g *Gateway) transportDial(ctx context.Context, network, addr string) (net.
 	if st == nil || st.dec.Verdict == policy.Deny {
 		return nil, errors.New("gateway: dial without an allow decision")
 	}
-	c, _, err := g.opt.Dialer.DialContext(ctx, st.dec)
+	c, _, err := g.dialUpstream(ctx, st.dec, true)
 	return c, err
 }
 
@@ -282,8 +354,12 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, id identi
 		g.audit.Write(e)
 		return
 	}
+	if d.Verdict == policy.Inspect {
+		g.inspectConnect(w, id, d, e, start)
+		return
+	}
 	dctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	upstream, addr, err := g.opt.Dialer.DialContext(dctx, d)
+	upstream, addr, err := g.dialUpstream(dctx, d, false)
 	cancel()
 	if err != nil {
 		rep, reason, rule := dialReply(err)

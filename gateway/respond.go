@@ -154,3 +154,15 @@ func (r reply) response(req *http.Request) *http.Response {
 type nopCloser struct{ *strings.Reader }
 
 func (nopCloser) Close() error { return nil }
+
+// reasonNoInterceptor: an Inspect decision without TLS termination set up.
+const reasonNoInterceptor = "inspection-unavailable"
+
+func noInterceptorReply() reply {
+	h := make(http.Header)
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Proxy-Error", "blocked-by-sandbox-runtime")
+	h.Set("X-Moat-Reason", reasonNoInterceptor)
+	return reply{status: http.StatusForbidden, header: h,
+		body: "Connection blocked: this host must be inspected, but TLS termination is not set up\n"}
+}

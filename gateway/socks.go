@@ -121,8 +121,25 @@ func (g *Gateway) socksConnect(ctx context.Context, w io.Writer, r *socks5.Reque
 	}
 	_ = client.SetReadDeadline(time.Time{}) // the handshake is over
 	e := g.event(policy.ProtoSOCKS5, st.id, st.dec, st.host, st.port)
+	if st.dec.Verdict == policy.Inspect {
+		if g.opt.Interceptor == nil {
+			_ = socks5.SendReply(w, replyNotAllowed, nil)
+			e.Verdict, e.Reason = "deny", reasonNoInterceptor
+			g.audit.Write(e)
+			return errors.New("socks5: inspection unavailable")
+		}
+		if err := socks5.SendReply(w, replySucceeded, &net.TCPAddr{IP: net.IPv4zero}); err != nil {
+			return err
+		}
+		var conn net.Conn = client
+		if br, ok := r.Reader.(*bufio.Reader); ok && br.Buffered() > 0 {
+			conn = &peekedConn{Conn: client, r: br}
+		}
+		g.intercept(conn, st.id, st.dec, e, start, "socks5")
+		return nil
+	}
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	upstream, addr, err := g.opt.Dialer.DialContext(dctx, st.dec)
+	upstream, addr, err := g.dialUpstream(dctx, st.dec, false)
 	cancel()
 	if err != nil {
 		_, reason, rule := dialReply(err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/moat-dev/moat/ca"
 	"github.com/moat-dev/moat/config"
 	"github.com/moat-dev/moat/gateway"
 	"github.com/moat-dev/moat/gateway/audit"
@@ -53,6 +54,24 @@ func loadStack(settings string, extraAllow []string) (*stack, error) {
 		return nil, withCode(exitUsage, err)
 	}
 	return &stack{file: f, source: source, policy: pol, dialer: &resolver.Dialer{Resolver: res, Policy: pol}}, nil
+}
+
+// gatewayOptions assembles the gateway's options from the stack: the
+// policy, the checked dialer, TLS termination and the parent proxy. It also
+// returns the CA, when TLS is terminated, for the sandbox's trust bundle.
+func (st *stack) gatewayOptions(sink audit.Sink, log *slog.Logger) (gateway.Options, *ca.Authority, error) {
+	o := gateway.Options{Policy: st.policy, Dialer: st.dialer, Audit: sink, Logger: log}
+	icpt, auth, err := st.interceptor(sink, log)
+	if err != nil {
+		return o, nil, err
+	}
+	o.Interceptor = icpt
+	if pp := st.file.Network.ParentProxy; pp != nil {
+		if o.Parent, err = gateway.ParseParent(pp.HTTP, pp.HTTPS, pp.NoProxy); err != nil {
+			return o, nil, withCode(exitUsage, err)
+		}
+	}
+	return o, auth, nil
 }
 
 // auditSinks opens the audit destinations: --audit FILE overrides
@@ -207,10 +226,12 @@ func gatewayCmd(s stdio) *cobra.Command {
 				return err
 			}
 			defer closeAudit()
-			gw, err := gateway.New(gateway.Options{
-				Policy: st.policy, Dialer: st.dialer, Audit: sink, Logger: logger(s, verbose),
-				Tokens: tokens, NoAuth: noAuth, Session: "gw-" + randomID(4),
-			})
+			o, _, err := st.gatewayOptions(sink, logger(s, verbose))
+			if err != nil {
+				return err
+			}
+			o.Tokens, o.NoAuth, o.Session = tokens, noAuth, "gw-"+randomID(4)
+			gw, err := gateway.New(o)
 			if err != nil {
 				return err
 			}

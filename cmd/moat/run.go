@@ -22,7 +22,7 @@ import (
 )
 
 func extraCmds(s stdio) []*cobra.Command {
-	return []*cobra.Command{runCmd(s), planCmd(s), proxyConnectCmd(s)}
+	return []*cobra.Command{runCmd(s), planCmd(s), proxyConnectCmd(s), caCmd(s)}
 }
 
 // runFlags are the flags shared by run and plan.
@@ -198,10 +198,13 @@ func runCmd(s stdio) *cobra.Command {
 			}
 			viol := &violations{}
 			log := logger(s, fl.verbose)
-			gw, err := gateway.New(gateway.Options{
-				Policy: st.policy, Dialer: st.dialer, Audit: audit.Multi{sink, viol},
-				Logger: log, NoAuth: true, Session: "run-" + randomID(4),
-			})
+			o, auth, err := st.gatewayOptions(audit.Multi{sink, viol}, log)
+			if err != nil {
+				closeAudit()
+				return err
+			}
+			o.NoAuth, o.Session = true, "run-"+randomID(4)
+			gw, err := gateway.New(o)
 			if err != nil {
 				closeAudit()
 				return err
@@ -212,6 +215,12 @@ func runCmd(s stdio) *cobra.Command {
 				return withCode(sandbox.SetupExitCode, fmt.Errorf("gateway socket directory: %w", err))
 			}
 			defer os.RemoveAll(dir)
+			if auth != nil {
+				if spec.TrustBundle, err = writeTrustBundle(st.file, auth, dir); err != nil {
+					closeAudit()
+					return err
+				}
+			}
 			sock := filepath.Join(dir, "gateway.sock")
 			l, err := net.Listen("unix", sock)
 			if err != nil {

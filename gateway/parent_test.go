@@ -1,0 +1,104 @@
+package gateway
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/elazarl/goproxy"
+
+	"github.com/moat-dev/moat/gateway/policy"
+)
+
+// corporate runs a goproxy on loopback as the parent proxy and counts the
+// CONNECTs it receives and the credentials they carried.
+func corporate(t *testing.T) (string, *atomic.Int64, *atomic.Value) {
+	t.Helper()
+	var n atomic.Int64
+	var auth atomic.Value
+	auth.Store("")
+	p := goproxy.NewProxyHttpServer()
+	p.ConnectDial = nil
+	p.OnRequest().HandleConnectFunc(func(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
+		n.Add(1)
+		auth.Store(ctx.Req.Header.Get("Proxy-Authorization"))
+		return goproxy.OkConnect, host
+	})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: p}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return l.Addr().String(), &n, &auth
+}
+
+func TestParentProxy(t *testing.T) {
+	_, port, conns := upstream(t)
+	parentAddr, parentHits, parentAuth := corporate(t)
+	parent, err := ParseParent("http://corp:s3cret@"+parentAddr, "", ".direct.test, 192.0.2.0/24")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, policy.Spec{Allow: []string{"127.0.0.1", "x.direct.test"}, AllowedAddrs: loopbackCarveOut},
+		func(o *Options) { o.Parent = parent })
+	e.dns.Set("x.direct.test", []netip.Addr{netip.MustParseAddr("127.0.0.1")}, time.Minute)
+
+	// Plain HTTP and CONNECT both go through the parent.
+	resp, err := e.client(testToken).Get(fmt.Sprintf("http://127.0.0.1:%d/", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), "hello from upstream") {
+		t.Fatalf("plain HTTP via parent: %d %q", resp.StatusCode, b)
+	}
+	cresp, body := rawConnect(t, e.addr, fmt.Sprintf("127.0.0.1:%d", port), testToken)
+	if cresp.StatusCode != 200 || !strings.Contains(body, "hello") {
+		t.Fatalf("CONNECT via parent: %d %q", cresp.StatusCode, body)
+	}
+	if got := parentHits.Load(); got != 2 {
+		t.Errorf("parent saw %d tunnels, want 2", got)
+	}
+	if a := parentAuth.Load().(string); a != "Basic "+basic("corp", "s3cret") {
+		t.Errorf("parent got Proxy-Authorization %q", a)
+	}
+	// noProxy destinations are dialled directly.
+	before := parentHits.Load()
+	cresp, _ = rawConnect(t, e.addr, fmt.Sprintf("x.direct.test:%d", port), testToken)
+	if cresp.StatusCode != 200 || parentHits.Load() != before {
+		t.Errorf("noProxy host: status %d, parent hits %d -> %d", cresp.StatusCode, before, parentHits.Load())
+	}
+	// Denied hosts never reach the parent.
+	cresp, _ = rawConnect(t, e.addr, "denied.test:443", testToken)
+	if cresp.StatusCode != 403 || parentHits.Load() != before {
+		t.Errorf("denied host: status %d, parent hits %d", cresp.StatusCode, parentHits.Load())
+	}
+	if conns.Load() == 0 {
+		t.Errorf("upstream saw no connection")
+	}
+}
+
+func TestParseParentErrors(t *testing.T) {
+	for _, tc := range []struct{ http, noProxy, want string }{
+		{"socks5://p:1080", "", "network.parentProxy.http"},
+		{"http://u:hunter2@", "", "network.parentProxy.http"},
+		{"http://p:3128", "10.0.0.0/99", "network.parentProxy.noProxy"},
+	} {
+		_, err := ParseParent(tc.http, "", tc.noProxy)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseParent(%q, %q) = %v, want an error naming %s", tc.http, tc.noProxy, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("error leaks the password: %v", err)
+		}
+	}
+}

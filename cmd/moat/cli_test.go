@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/moat-dev/moat/sandbox"
+)
+
+func TestMain(m *testing.M) {
+	sandbox.MaybeInit()
+	os.Exit(m.Run())
+}
+
+func moat(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, strings.NewReader(""), &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func settingsFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "s.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCheckExitCodes(t *testing.T) {
+	s := settingsFile(t, "network:\n  allowedDomains: [\"example.com\", \"10.0.0.5\"]\n  deniedDomains: [\"bad.example.com\"]\n")
+	for _, tc := range []struct {
+		target string
+		code   int
+		want   string
+	}{
+		{"example.com", 0, "allow example.com:443"},
+		{"https://EXAMPLE.com./x?q=1", 0, "allow example.com:443"},
+		{"http://example.com", 0, "allow example.com:80"},
+		{"example.com:8443", 0, "allow example.com:8443"},
+		{"167772165:80", 0, "allow 10.0.0.5:80"},
+		{"bad.example.com", 1, `to allow: remove "bad.example.com" from network.deniedDomains`},
+		{"other.test", 1, `to allow: add "other.test" to network.allowedDomains`},
+		{"example.com:0", 2, "bad port"},
+		{"example.com:", 2, "bad port"},
+	} {
+		out, errs, code := moat(t, "check", "--settings", s, tc.target)
+		if code != tc.code || !strings.Contains(out+errs, tc.want) {
+			t.Errorf("moat check %s: exit %d, output %q %q; want exit %d and %q", tc.target, code, out, errs, tc.code, tc.want)
+		}
+	}
+}
+
+func TestCheckJSONCanonical(t *testing.T) {
+	s := settingsFile(t, "network:\n  allowedDomains: [\"127.0.0.1\", \"[::1]\"]\n")
+	for _, sp := range []string{"2130706433", "0x7f000001", "0177.0.0.1", "127.1", "0x7f.1", "[::ffff:127.0.0.1]"} {
+		out, _, code := moat(t, "check", "--settings", s, "--json", sp+":80")
+		var r checkResult
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("%s: %v %q", sp, err, out)
+		}
+		if r.Host != "127.0.0.1" || r.Verdict != "allow" || code != 0 {
+			t.Errorf("check %s = %+v exit %d, want host 127.0.0.1 allow", sp, r, code)
+		}
+	}
+}
+
+func TestSettingsErrors(t *testing.T) {
+	_, errs, code := moat(t, "check", "--settings", "/nonexistent/moat.yaml", "example.com")
+	if code != 2 || !strings.Contains(errs, "/nonexistent/moat.yaml") {
+		t.Errorf("missing --settings: exit %d, %q; want 2 naming the path", code, errs)
+	}
+	unreadable := settingsFile(t, "network: {}\n")
+	os.Chmod(unreadable, 0)
+	if os.Geteuid() != 0 { // root reads anything
+		if _, _, code := moat(t, "check", "--settings", unreadable, "example.com"); code != 2 {
+			t.Errorf("unreadable settings: exit %d, want 2", code)
+		}
+	}
+	bad := settingsFile(t, "network:\n  allowedDomain: [\"x.test\"]\n")
+	out, _, code := moat(t, "policy", "validate", bad)
+	if code != 2 || !strings.Contains(out, `did you mean "allowedDomains"`) {
+		t.Errorf("validate unknown key: exit %d\n%s", code, out)
+	}
+	bad = settingsFile(t, "network:\n  allowedDomains: [\"Example.COM.\"]\n  deniedDomains: [\"*.com\", \"x:0\"]\n")
+	out, _, code = moat(t, "policy", "validate", bad)
+	if code != 2 || !strings.Contains(out, "network.allowedDomains[0]") || !strings.Contains(out, `use "example.com"`) ||
+		!strings.Contains(out, "network.deniedDomains[1]") {
+		t.Errorf("validate: problem without dotted path:\n%s", out)
+	}
+	good := settingsFile(t, "network:\n  allowedDomains: [\"example.com\"]\n")
+	out, _, code = moat(t, "policy", "validate", good)
+	if code != 0 || !strings.HasPrefix(out, "ok ") || !strings.Contains(out, "example.com") {
+		t.Errorf("validate good: exit %d\n%s", code, out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"nosuchcommand"},
+		{"gateway"},
+		{"gateway", "--listen", "127.0.0.1:0"},
+		{"gateway", "--listen", "127.0.0.1:0", "--no-auth", "--token-file", "x"},
+		{"gateway", "--listen", "nonsense", "--no-auth"},
+		{"run"},
+		{"run", "-c", "true", "--", "true"},
+		{"check"},
+		{"check", "--bogus", "x"},
+		{"proxy-connect", "host", "0"},
+	} {
+		_, errs, code := moat(t, args...)
+		if code != 2 || errs == "" {
+			t.Errorf("moat %v: exit %d, stderr %q; want 2 with a message", args, code, errs)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, _, code := moat(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "moat ") {
+		t.Errorf("version: %q %d", out, code)
+	}
+}
+
+func TestTokenFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "tokens")
+	os.WriteFile(p, []byte("# team\ntinytok ci\n"), 0o600)
+	_, err := readTokens(p)
+	if err == nil || strings.Contains(err.Error(), "tinytok") {
+		t.Errorf("short token: err %v (must refuse without echoing the token)", err)
+	}
+	os.WriteFile(p, []byte("0123456789abcdef0123 ci-1\nfedcba9876543210fedc\n"), 0o600)
+	toks, err := readTokens(p)
+	if err != nil || toks["0123456789abcdef0123"] != "ci-1" || toks["fedcba9876543210fedc"] != "client-2" {
+		t.Errorf("readTokens = %v, %v", toks, err)
+	}
+}

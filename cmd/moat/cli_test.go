@@ -141,3 +141,16 @@ func TestTokenFile(t *testing.T) {
 		t.Errorf("readTokens = %v, %v", toks, err)
 	}
 }
+
+// TestExamplesValidate keeps examples/ loadable.
+func TestExamplesValidate(t *testing.T) {
+	files, _ := filepath.Glob("../../examples/*.yaml")
+	if len(files) == 0 {
+		t.Fatal("no examples found")
+	}
+	for _, f := range files {
+		if out, _, code := moat(t, "policy", "validate", f); code != 0 {
+			t.Errorf("%s:\n%s", f, out)
+		}
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/elazarl/goproxy"
 	socks5 "github.com/things-go/go-socks5"
 
+	"github.com/moat-dev/moat/credentials"
 	"github.com/moat-dev/moat/gateway/audit"
 	"github.com/moat-dev/moat/gateway/policy"
 	"github.com/moat-dev/moat/mitm"
@@ -55,6 +56,10 @@ type Options struct {
 	// Interceptor terminates TLS for Inspect decisions and applies the
 	// per-request rules. Nil: Inspect decisions are refused (fail closed).
 	Interceptor *mitm.Interceptor
+	// Credentials blocks sentinels in host names and in requests to hosts
+	// they are not bound to; the Interceptor swaps them for bound hosts.
+	// Nil: none.
+	Credentials *credentials.Set
 	// Parent chains through a corporate proxy after the gateway's own
 	// decision (network.parentProxy). Default: dial directly.
 	Parent *Parent

@@ -27,16 +27,16 @@ import (
 // reqState carries one plain-HTTP request's identity and decision from the
 // goproxy handlers to the transport's dialer and the audit line.
 type reqState struct {
-	id      identity
-	dec     policy.Decision
-	host    string
-	port    uint16
-	addr    string
-	reply   bool // a gateway reply (deny, dial failure) was sent
-	reason  string
-	rule    string
-	denied  bool
-	decided bool
+	id         identity
+	dec        policy.Decision
+	host       string
+	port       uint16
+	addr       string
+	credential string // credentials injected, or the one a leak was blocked for
+	reason     string
+	rule       string
+	denied     bool
+	decided    bool
 }
 
 type stateKey struct{}
@@ -125,6 +125,7 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		e.Addr = st.addr
 	}
+	e.Credential = st.credential
 	e.Method = r.Method
 	e.Path = redactPath(r.URL.EscapedPath(), r.URL.RawQuery != "")
 	e.Status = cw.status
@@ -181,6 +182,10 @@ func (g *Gateway) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 		st.denied, st.reason = true, "bad-scheme"
 		return r, badRequestReply("only http and https URLs can be proxied").response(r)
 	}
+	if le := g.opt.Credentials.CheckHost(st.host); le != nil {
+		st.denied, st.reason, st.credential = true, reasonCredentialLeak, le.Credential
+		return r, leakReply(le.Credential, "").response(r)
+	}
 	st.dec = g.opt.Policy.Decide(policy.Request{Proto: policy.ProtoHTTP, Host: st.host, Port: port, Client: st.id.client})
 	if st.dec.Verdict == policy.Deny {
 		st.denied, st.reason, st.rule = true, st.dec.Reason.Code(), st.dec.Rule
@@ -196,7 +201,16 @@ func (g *Gateway) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 		}
 	}
 	r.URL.Host = canon.HostPort(st.dec.Host, port)
-	stripHopByHop(r.Header)
+	mitm.StripHopByHop(r.Header)
+	if st.dec.Verdict != policy.Inspect && g.opt.Credentials != nil {
+		// Not bound here (bound hosts are inspected): any sentinel in the
+		// request is a leak attempt.
+		if _, err := g.opt.Credentials.Apply(r, st.dec.Host.String(), true, false); err != nil {
+			st.denied, st.reason = true, reasonCredentialLeak
+			st.credential = leakName(err)
+			return r, leakReply(st.credential, st.dec.Host.String()).response(r)
+		}
+	}
 	if st.dec.Verdict == policy.Inspect {
 		if g.opt.Interceptor == nil {
 			st.denied, st.reason = true, reasonNoInterceptor
@@ -204,6 +218,7 @@ func (g *Gateway) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 		}
 		rd, refuse := g.opt.Interceptor.Filter(r, st.dec)
 		st.rule = rd.RuleID
+		st.credential = strings.Join(rd.Injected, ",")
 		if refuse != nil {
 			st.denied, st.reason = true, rd.Code
 			rec := httptest.NewRecorder()
@@ -296,38 +311,6 @@ func (g *Gateway) transportDial(ctx context.Context, network, addr string) (net.
 	return c, err
 }
 
-// hopByHop are the headers of RFC 9110 §7.6.1 that never cross a proxy.
-var hopByHop = []string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding",
-}
-
-// stripHopByHop removes hop-by-hop headers, including every header that
-// Connection names. Upgrade survives only for a WebSocket handshake.
-func stripHopByHop(h http.Header) {
-	upgrade := false
-	for _, v := range h["Connection"] {
-		for _, f := range strings.Split(v, ",") {
-			f = http.CanonicalHeaderKey(strings.TrimSpace(f))
-			if f == "Upgrade" {
-				upgrade = true
-				continue
-			}
-			if f != "" {
-				h.Del(f)
-			}
-		}
-	}
-	for _, k := range hopByHop {
-		h.Del(k)
-	}
-	if upgrade && strings.EqualFold(h.Get("Upgrade"), "websocket") {
-		h.Set("Connection", "Upgrade")
-	} else {
-		h.Del("Upgrade")
-	}
-}
-
 // serveConnect handles CONNECT itself rather than through goproxy's hijack
 // action, because that action drops bytes a client pipelines after the
 // CONNECT request.
@@ -340,6 +323,14 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, id identi
 		g.audit.Write(audit.Event{Session: id.session, Client: id.client, Proto: "connect",
 			Host: sanitize(r.RequestURI), Verdict: "deny", Reason: policy.ReasonMalformedHost.Code(), Policy: g.opt.Policy.Hash()})
 		badRequestReply("CONNECT needs host:port").write(w)
+		return
+	}
+	if le := g.opt.Credentials.CheckHost(host); le != nil {
+		// A sentinel as a host label (TOKEN.evil.test) exfiltrates
+		// through DNS or SNI: never decide, resolve or dial it.
+		leakReply(le.Credential, "").write(w)
+		g.audit.Write(audit.Event{Session: id.session, Client: id.client, Proto: "connect", Host: "(redacted)",
+			Port: port, Verdict: "deny", Reason: reasonCredentialLeak, Credential: le.Credential, Policy: g.opt.Policy.Hash()})
 		return
 	}
 	d := g.opt.Policy.Decide(policy.Request{Proto: policy.ProtoConnect, Host: host, Port: port, Client: id.client})

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/moat-dev/moat/credentials"
 	"github.com/moat-dev/moat/gateway/policy"
 	"github.com/moat-dev/moat/resolver"
 )
@@ -165,4 +166,34 @@ func noInterceptorReply() reply {
 	h.Set("X-Moat-Reason", reasonNoInterceptor)
 	return reply{status: http.StatusForbidden, header: h,
 		body: "Connection blocked: this host must be inspected, but TLS termination is not set up\n"}
+}
+
+const reasonCredentialLeak = "credential-leak"
+
+// leakReply is the 403 for a sentinel headed for a host it is not bound to.
+// It names the credential, never its value.
+func leakReply(credential, host string) reply {
+	h := make(http.Header)
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Proxy-Error", "blocked-credential-leak")
+	h.Set("X-Moat-Reason", reasonCredentialLeak)
+	h.Set("X-Moat-Rule", "credential:"+credential)
+	msg := "Connection blocked: credential " + credential + " may not leave the sandbox this way"
+	if host != "" {
+		msg = "Connection blocked: credential " + credential + " is not bound to " + host
+	}
+	return reply{status: http.StatusForbidden, header: h, body: msg + "\n"}
+}
+
+// leakName extracts the credential name of a leak or plaintext refusal.
+func leakName(err error) string {
+	var le *credentials.LeakError
+	if errors.As(err, &le) {
+		return le.Credential
+	}
+	var pe *credentials.PlaintextError
+	if errors.As(err, &pe) {
+		return pe.Credential
+	}
+	return "unknown"
 }

@@ -12,6 +12,7 @@ import (
 	socks5 "github.com/things-go/go-socks5"
 	"github.com/things-go/go-socks5/statute"
 
+	"github.com/moat-dev/moat/gateway/audit"
 	"github.com/moat-dev/moat/gateway/policy"
 	"github.com/moat-dev/moat/resolver"
 )
@@ -99,6 +100,11 @@ func (s socksRule) Allow(ctx context.Context, r *socks5.Request) (context.Contex
 	port := uint16(0)
 	if r.RawDestAddr.Port > 0 && r.RawDestAddr.Port <= 65535 {
 		port = uint16(r.RawDestAddr.Port)
+	}
+	if le := g.opt.Credentials.CheckHost(host); le != nil {
+		g.audit.Write(audit.Event{Session: id.session, Client: id.client, Proto: "socks5", Host: "(redacted)",
+			Port: port, Verdict: "deny", Reason: reasonCredentialLeak, Credential: le.Credential, Policy: g.opt.Policy.Hash()})
+		return ctx, false
 	}
 	d := g.opt.Policy.Decide(policy.Request{Proto: policy.ProtoSOCKS5, Host: host, Port: port, Client: id.client})
 	if d.Verdict == policy.Deny {

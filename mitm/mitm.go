@@ -13,12 +13,14 @@ import (
 	"net/http/httptrace"
 	"net/http/httputil"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/net/http2"
 
 	"github.com/moat-dev/moat/ca"
+	"github.com/moat-dev/moat/credentials"
 	"github.com/moat-dev/moat/gateway/audit"
 	"github.com/moat-dev/moat/gateway/policy"
 	"github.com/moat-dev/moat/gateway/policy/canon"
@@ -58,6 +60,12 @@ type Options struct {
 	Logger *slog.Logger
 	// PolicyHash is written in audit events' "policy" field.
 	PolicyHash string
+	// Credentials swaps sentinels for secrets on the way out, for bound
+	// hosts only, and blocks sentinels headed anywhere else. Nil: none.
+	Credentials *credentials.Set
+	// AllowPlaintextInject permits swapping over plain http
+	// (credentials.allowPlaintextInject).
+	AllowPlaintextInject bool
 }
 
 // Meta attributes a connection in audit events.
@@ -417,6 +425,7 @@ func (h *connHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	dec, rep := h.i.decide(r, h.d, true)
 	ev.Rule, ev.Reason = orNone(dec.RuleID), dec.Code
+	ev.Credential = strings.Join(dec.Injected, ",")
 	if rep != nil {
 		ev.Verdict = policy.Deny.String()
 		ev.Rule, ev.Reason = rep.rule, rep.code
@@ -446,7 +455,12 @@ func (h *connHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // replays it. checkHost also requires the Host header to name the
 // decision's host: on a shared CDN address a different Host is domain
 // fronting, a request for a host the policy never judged.
-func (i *Interceptor) decide(r *http.Request, d policy.Decision, checkHost bool) (RuleDecision, *reply) {
+func (i *Interceptor) decide(r *http.Request, d policy.Decision, checkHost bool) (dec RuleDecision, rep *reply) {
+	defer func() {
+		if rep == nil && dec.Allowed {
+			dec, rep = i.applyCredentials(r, d, !checkHost, dec)
+		}
+	}()
 	if checkHost && r.Host != "" {
 		hh := r.Host
 		if h, _, err := canon.SplitHostPort(hh); err == nil {
@@ -464,7 +478,7 @@ func (i *Interceptor) decide(r *http.Request, d policy.Decision, checkHost bool)
 		Host: d.Host.String(), Port: d.Port, Method: r.Method,
 		Path: r.URL.EscapedPath(), Query: r.URL.Query(), Header: r.Header,
 	}
-	dec := i.o.Rules.Check(info)
+	dec = i.o.Rules.Check(info)
 	if !dec.Allowed {
 		rep := denyReply(dec)
 		return dec, &rep
@@ -499,6 +513,71 @@ func (i *Interceptor) decide(r *http.Request, d policy.Decision, checkHost bool)
 	}
 	r.Body = readCloser{replay, r.Body}
 	return dec, nil
+}
+
+// applyCredentials swaps sentinels into r for hosts the credentials are
+// bound to, after hop-by-hop headers are stripped (a client must not be
+// able to drop an injected header through Connection), and refuses a
+// sentinel headed for any other host.
+func (i *Interceptor) applyCredentials(r *http.Request, d policy.Decision, plaintext bool, dec RuleDecision) (RuleDecision, *reply) {
+	if i.o.Credentials == nil {
+		return dec, nil
+	}
+	StripHopByHop(r.Header)
+	res, err := i.o.Credentials.Apply(r, d.Host.String(), plaintext, i.o.AllowPlaintextInject)
+	if err == nil {
+		dec.Injected = res.Injected
+		return dec, nil
+	}
+	dec.Allowed = false
+	var le *credentials.LeakError
+	var pe *credentials.PlaintextError
+	switch {
+	case errors.As(err, &le):
+		dec.Code, dec.Injected = CodeCredentialLeak, []string{le.Credential}
+		dec.Reason = "credential " + le.Credential + " may not be sent to " + d.Host.String() + " (" + le.Where + ")"
+		rep := leakReply(dec)
+		return dec, &rep
+	case errors.As(err, &pe):
+		dec.Code, dec.Injected = CodePlaintextInject, []string{pe.Credential}
+		dec.Reason = "credential " + pe.Credential + " is not injected over plain http (set credentials.allowPlaintextInject)"
+	default:
+		dec.Code, dec.Reason = CodeCredentialError, "credential swap failed"
+	}
+	rep := denyReply(dec)
+	return dec, &rep
+}
+
+// hopByHop are the headers of RFC 9110 §7.6.1 that never cross a proxy.
+var hopByHop = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding",
+}
+
+// StripHopByHop removes hop-by-hop headers, including every header that
+// Connection names. Upgrade survives only for a WebSocket handshake.
+func StripHopByHop(h http.Header) {
+	upgrade := false
+	for _, v := range h["Connection"] {
+		for _, f := range strings.Split(v, ",") {
+			f = http.CanonicalHeaderKey(strings.TrimSpace(f))
+			if f == "Upgrade" {
+				upgrade = true
+				continue
+			}
+			if f != "" {
+				h.Del(f)
+			}
+		}
+	}
+	for _, k := range hopByHop {
+		h.Del(k)
+	}
+	if upgrade && strings.EqualFold(h.Get("Upgrade"), "websocket") {
+		h.Set("Connection", "Upgrade")
+	} else {
+		h.Del("Upgrade")
+	}
 }
 
 type readCloser struct {

@@ -135,3 +135,10 @@ func (r reply) write(w http.ResponseWriter) {
 	w.WriteHeader(r.status)
 	_, _ = w.Write(r.body)
 }
+
+// leakReply is the 403 for a sentinel headed for a host it is not bound to.
+func leakReply(d RuleDecision) reply {
+	r := denyReply(d)
+	r.header.Set("X-Proxy-Error", "blocked-credential-leak")
+	return r
+}

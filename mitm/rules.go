@@ -83,22 +83,28 @@ type RuleDecision struct {
 	// GitPushPack, an allowed decision still needs Git.Permits over the
 	// parsed push commands.
 	Git *GitOp
+	// Injected names the credentials swapped into the request (for the
+	// audit "credential" field), or the one a leak was blocked for.
+	Injected []string
 }
 
 // Reason codes of RuleDecision.Code.
 const (
-	CodeRuleDeny     = "rule-deny"     // a Deny match
-	CodeRuleAllow    = "rule-allow"    // an Allow match
-	CodeNoRule       = "rule-no-match" // inspected host, nothing allowed it
-	CodeNoRules      = "inspect"       // inspected host without rules
-	CodeBadPath      = "non-canonical-path"
-	CodeGitFetch     = "git-fetch"
-	CodeGitPush      = "git-push"
-	CodeGitDenied    = "git-denied"
-	CodeGitPushRef   = "git-push-ref"
-	CodeGitBadPush   = "git-bad-push"
-	CodeSNIMismatch  = "sni-mismatch"
-	CodeHostMismatch = "host-mismatch"
+	CodeRuleDeny        = "rule-deny"     // a Deny match
+	CodeRuleAllow       = "rule-allow"    // an Allow match
+	CodeNoRule          = "rule-no-match" // inspected host, nothing allowed it
+	CodeNoRules         = "inspect"       // inspected host without rules
+	CodeBadPath         = "non-canonical-path"
+	CodeGitFetch        = "git-fetch"
+	CodeGitPush         = "git-push"
+	CodeGitDenied       = "git-denied"
+	CodeGitPushRef      = "git-push-ref"
+	CodeGitBadPush      = "git-bad-push"
+	CodeSNIMismatch     = "sni-mismatch"
+	CodeHostMismatch    = "host-mismatch"
+	CodeCredentialLeak  = "credential-leak"  // a sentinel headed for a host it is not bound to
+	CodePlaintextInject = "plaintext-inject" // a swap over plain http without allowPlaintextInject
+	CodeCredentialError = "credential-error" // the swap itself failed
 )
 
 // RuleSet is a compiled set of rules. The nil *RuleSet allows nothing.

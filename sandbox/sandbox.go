@@ -50,6 +50,12 @@ type Spec struct {
 	AllowAllUnixSockets bool     // lifts only the seccomp rule against AF_UNIX sockets
 	AllowUnixSockets    []string // socket paths made visible (AF_UNIX stays blocked unless AllowAllUnixSockets)
 
+	// Overlays maps a host file to a replacement shown read-only in its
+	// place, e.g. a copy of a credentials file that holds a sentinel instead
+	// of the secret. Both paths must be absolute; a missing target is
+	// skipped with a warning.
+	Overlays map[string]string
+
 	// TrustBundle is an optional host path of a CA bundle. It is mounted
 	// read-only at /run/moat/trust-bundle.pem and every CA variable points at it.
 	TrustBundle string
@@ -299,6 +305,24 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	}
 	for _, m := range dedupe(placeholders) {
 		add(Mount{Kind: MountEmpty, Source: empty, Target: m, Flags: "ro", Placeholder: true})
+	}
+
+	// Masked files: the replacement shadows the real file.
+	targets := make([]string, 0, len(s.Overlays))
+	for t := range s.Overlays {
+		targets = append(targets, t)
+	}
+	sort.Strings(targets)
+	for _, t := range targets {
+		src := s.Overlays[t]
+		if !filepath.IsAbs(t) || !filepath.IsAbs(src) {
+			return nil, fmt.Errorf("sandbox: Overlays %q -> %q: paths must be absolute", t, src)
+		}
+		if !exists(t) {
+			p.Warnings = append(p.Warnings, fmt.Sprintf("overlay target %s does not exist: skipped", t))
+			continue
+		}
+		add(Mount{Kind: MountBind, Source: src, Target: t, Flags: "ro"})
 	}
 
 	// 7. /run: only the gateway socket (and what the caller lets in).

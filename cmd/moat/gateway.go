@@ -19,6 +19,7 @@ import (
 
 	"github.com/moat-dev/moat/ca"
 	"github.com/moat-dev/moat/config"
+	"github.com/moat-dev/moat/credentials"
 	"github.com/moat-dev/moat/gateway"
 	"github.com/moat-dev/moat/gateway/audit"
 	"github.com/moat-dev/moat/gateway/policy"
@@ -31,6 +32,7 @@ type stack struct {
 	source string
 	policy *policy.Policy
 	dialer *resolver.Dialer
+	creds  *credentials.Set // loaded by gatewayOptions
 }
 
 // loadStack resolves the settings (DESIGN §2 order) and compiles them. Any
@@ -59,8 +61,13 @@ func loadStack(settings string, extraAllow []string) (*stack, error) {
 // gatewayOptions assembles the gateway's options from the stack: the
 // policy, the checked dialer, TLS termination and the parent proxy. It also
 // returns the CA, when TLS is terminated, for the sandbox's trust bundle.
-func (st *stack) gatewayOptions(sink audit.Sink, log *slog.Logger) (gateway.Options, *ca.Authority, error) {
+func (st *stack) gatewayOptions(sink audit.Sink, log *slog.Logger, s stdio) (gateway.Options, *ca.Authority, error) {
 	o := gateway.Options{Policy: st.policy, Dialer: st.dialer, Audit: sink, Logger: log}
+	var err error
+	if st.creds, err = loadCredentials(st.file, s); err != nil {
+		return o, nil, err
+	}
+	o.Credentials = st.creds
 	icpt, auth, err := st.interceptor(sink, log)
 	if err != nil {
 		return o, nil, err
@@ -226,7 +233,7 @@ func gatewayCmd(s stdio) *cobra.Command {
 				return err
 			}
 			defer closeAudit()
-			o, _, err := st.gatewayOptions(sink, logger(s, verbose))
+			o, _, err := st.gatewayOptions(sink, logger(s, verbose), s)
 			if err != nil {
 				return err
 			}

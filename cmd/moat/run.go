@@ -198,7 +198,7 @@ func runCmd(s stdio) *cobra.Command {
 			}
 			viol := &violations{}
 			log := logger(s, fl.verbose)
-			o, auth, err := st.gatewayOptions(audit.Multi{sink, viol}, log)
+			o, auth, err := st.gatewayOptions(audit.Multi{sink, viol}, log, s)
 			if err != nil {
 				closeAudit()
 				return err
@@ -220,6 +220,17 @@ func runCmd(s stdio) *cobra.Command {
 					closeAudit()
 					return err
 				}
+			}
+			if st.creds != nil {
+				// The real values never enter the sandbox: masked variables
+				// hold sentinels, masked files are shadowed by sentinel
+				// copies, denied ones are removed or read-denied.
+				spec.Env = st.creds.SandboxEnv(spec.Env)
+				if spec.Overlays, err = st.creds.MaskedFiles(dir); err != nil {
+					closeAudit()
+					return withCode(sandbox.SetupExitCode, fmt.Errorf("masked credential files: %w", err))
+				}
+				spec.DenyRead = append(spec.DenyRead, st.creds.DeniedFiles()...)
 			}
 			sock := filepath.Join(dir, "gateway.sock")
 			l, err := net.Listen("unix", sock)

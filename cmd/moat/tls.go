@@ -117,6 +117,7 @@ func (st *stack) interceptor(sink audit.Sink, log *slog.Logger) (*mitm.Intercept
 	i, err := mitm.New(mitm.Options{
 		CA: auth, Rules: rules, UpstreamRoots: roots, Dial: st.dialer.DialContext,
 		Audit: sink, Logger: log, PolicyHash: st.policy.Hash(),
+		Credentials: st.creds, AllowPlaintextInject: st.file.Credentials.AllowPlaintextInject,
 	})
 	if err != nil {
 		return nil, nil, err

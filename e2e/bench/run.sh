@@ -178,3 +178,51 @@ printf '%-28s %14.1f %14.1f %8s\n' "100 MiB CONNECT, MiB/s" \
 	"$(awk -v s="$direct_bps" 'BEGIN { print s / 1048576 }')" \
 	"$(awk -v s="$through_bps" 'BEGIN { print s / 1048576 }')" \
 	"$(ratio "$through_bps" "$direct_bps")"
+
+# --- sandbox (moat run) -------------------------------------------------------
+# Whole-process start-up of `moat run -- true` against `bash -c true` (and
+# srt, when `srt` is on PATH: install it outside CI with
+# `npm i -g @anthropic-ai/sandbox-runtime@0.0.83` plus bubblewrap, socat and
+# ripgrep from apt), then a download from inside the sandbox against direct.
+STARTUP_RUNS=${STARTUP_RUNS:-31}
+if [[ ${SANDBOX:-1} == 1 ]]; then
+	PROJ=$WORK/project
+	mkdir -p "$PROJ"
+	# time_ms CMD... prints the median wall time in ms of STARTUP_RUNS runs.
+	time_ms() {
+		local t0 t1
+		for _ in $(seq 1 "$STARTUP_RUNS"); do
+			t0=$(date +%s%N)
+			(cd "$PROJ" && "$@" >/dev/null 2>&1) || die "$* failed"
+			t1=$(date +%s%N)
+			echo $(((t1 - t0) / 1000))
+		done | median | awk '{ printf "%.2f", $1 / 1000 }'
+	}
+	echo "== start-up, median of $STARTUP_RUNS"
+	bash_ms=$(time_ms bash -c true)
+	moat_ms=$(time_ms "$MOAT" run --settings "$SETTINGS" -- true)
+	srt_ms=""
+	if command -v srt >/dev/null; then srt_ms=$(time_ms srt -c true); fi
+
+	echo "== 100 MiB download inside moat run, median of $CURL_RUNS"
+	d_all=() p_all=() c_all=()
+	for _ in $(seq 1 "$CURL_RUNS"); do
+		d_all+=("$(curl_once direct --noproxy '*' "http://$UP/bytes/$BIG_BYTES")")
+		p_all+=("$(cd "$PROJ" && "$MOAT" run --settings "$SETTINGS" -- curl -s -o /dev/null -w '%{speed_download}' "http://$UP/bytes/$BIG_BYTES")")
+		c_all+=("$(cd "$PROJ" && "$MOAT" run --settings "$SETTINGS" -- curl -s -p -o /dev/null -w '%{speed_download}' "http://$UP/bytes/$BIG_BYTES")")
+	done
+	sd=$(printf '%s\n' "${d_all[@]}" | median)
+	sp=$(printf '%s\n' "${p_all[@]}" | median)
+	sc=$(printf '%s\n' "${c_all[@]}" | median)
+	echo
+	echo "== sandbox results (same run)"
+	printf '%-40s %10s ms\n' "bash -c true" "$bash_ms"
+	printf '%-40s %10s ms  (%sx bash)\n' "moat run -- true" "$moat_ms" "$(ratio "$moat_ms" "$bash_ms")"
+	if [[ -n $srt_ms ]]; then
+		printf '%-40s %10s ms  (moat is %sx faster)\n' "srt -c true" "$srt_ms" "$(ratio "$srt_ms" "$moat_ms")"
+	else
+		echo "srt -c true                              (srt not installed: skipped)"
+	fi
+	printf '%-40s %10s\n' "download in sandbox, plain proxy / direct" "$(ratio "$sp" "$sd")"
+	printf '%-40s %10s\n' "download in sandbox, CONNECT / direct" "$(ratio "$sc" "$sd")"
+fi

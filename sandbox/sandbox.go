@@ -62,8 +62,7 @@ type Spec struct {
 
 	// WeakerNested is srt's enableWeakerNestedSandbox, for running inside a
 	// container that forbids nested user namespaces and fresh /proc mounts:
-	// the host's /proc and /sys are bound read-only and the command is not
-	// put in a nested user namespace. It prints a warning to Stderr.
+	// the host's /proc and /sys are bound read-only. It prints a warning to Stderr.
 	WeakerNested bool
 
 	Stdin          io.Reader // nil means /dev/null
@@ -344,7 +343,7 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	if s.WeakerNested {
 		add(Mount{Kind: MountProc, Source: "/proc", Target: "/proc", Flags: "host,ro"})
 		add(Mount{Kind: MountSysfs, Source: "/sys", Target: "/sys", Flags: "host,ro"})
-		p.Warnings = append(p.Warnings, "enableWeakerNestedSandbox: host /proc and /sys are visible and the command is not in a nested user namespace")
+		p.Warnings = append(p.Warnings, "enableWeakerNestedSandbox: the host's /proc and /sys are visible inside")
 	} else {
 		add(Mount{Kind: MountProc, Target: "/proc", Flags: "nosuid,nodev,noexec"})
 		add(Mount{Kind: MountSysfs, Target: "/sys", Flags: "ro,nosuid,nodev,noexec"})

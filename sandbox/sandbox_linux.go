@@ -26,7 +26,6 @@ import (
 // ever sees them.
 const (
 	verbInit = "__moat-sandbox-init"
-	verbExec = "__moat-sandbox-exec"
 )
 
 // File descriptors of the stages: fd 3 carries the JSON configuration, fd 4
@@ -49,14 +48,6 @@ type initConfig struct {
 	UID, GID     int
 }
 
-// execConfig is what PID 1 hands to the final stage.
-type execConfig struct {
-	Args         []string
-	Dir          string
-	Env          []string
-	AllowAllUnix bool
-}
-
 // MaybeInit runs a sandbox stage and exits if this process was started as
 // one (os.Args[1] is a hidden verb); otherwise it returns at once. Call it
 // first thing in main and in TestMain.
@@ -70,9 +61,6 @@ func MaybeInit() {
 		// thread that then execs.
 		runtime.LockOSThread()
 		os.Exit(initMain())
-	case verbExec:
-		runtime.LockOSThread()
-		os.Exit(execMain())
 	}
 }
 
@@ -170,7 +158,7 @@ func Run(ctx context.Context, s Spec) (exitCode int, err error) {
 		stderr = io.Discard
 	}
 	if s.WeakerNested {
-		fmt.Fprintln(stderr, "moat: WARNING: enableWeakerNestedSandbox is set: the host's /proc and /sys are visible and the command is not in a nested user namespace; use it only inside a container that is itself the security boundary")
+		fmt.Fprintln(stderr, "moat: WARNING: enableWeakerNestedSandbox is set: the host's /proc and /sys are visible inside; use it only inside a container that is itself the security boundary")
 	}
 
 	cfg := initConfig{
@@ -303,7 +291,7 @@ func stageFail(status *os.File, format string, args ...any) int {
 }
 
 // initMain is PID 1 of the sandbox: it builds the mount table, brings lo up,
-// starts the relay and the final stage, reaps zombies, forwards signals and
+// starts the relay and the command, reaps zombies, forwards signals and
 // exits with the command's status.
 func initMain() int {
 	status := os.NewFile(fdStatus, "status")
@@ -323,36 +311,58 @@ func initMain() int {
 		return stageFail(status, "init: relay: %v", err)
 	}
 
-	ecfg, _ := json.Marshal(execConfig{Args: cfg.Args, Dir: cfg.Dir, Env: cfg.Env, AllowAllUnix: cfg.AllowAllUnix})
-	pr, pw, err := os.Pipe()
+	// The command is forked from this thread (locked to the main goroutine
+	// since MaybeInit) after the thread confines itself: no_new_privs, no
+	// capability left, and the seccomp filter loaded on this thread only.
+	// The child inherits all three; the relay's threads keep the AF_UNIX
+	// access they need. The Go runtime never clones new threads from a
+	// locked thread (it hands that to its template thread), so the
+	// confinement cannot leak into the relay either. This thread must stay
+	// alive while the command runs (Pdeathsig follows the forking thread):
+	// it reaps below.
+	path, err := lookPath(cfg.Args[0], envValue(cfg.Env, "PATH"))
 	if err != nil {
-		return stageFail(status, "init: %v", err)
+		status.Close()
+		fmt.Fprintf(os.Stderr, "moat: %s: %v\n", cfg.Args[0], err)
+		if errors.Is(err, os.ErrPermission) {
+			return 126
+		}
+		return 127
 	}
-	cmd := exec.Command("/proc/self/exe", verbExec)
-	cmd.Args[0] = "moat-sandbox-exec"
-	cmd.Env = []string{}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return stageFail(status, "init: no_new_privs: %v", err)
+	}
+	if err := dropCapabilities(); err != nil {
+		return stageFail(status, "init: drop capabilities: %v", err)
+	}
+	if err := loadSeccompThread(SeccompRules(cfg.AllowAllUnix)); err != nil {
+		return stageFail(status, "init: seccomp: %v", err)
+	}
+	unix.CloseOnExec(fdStatus)
+	unix.CloseOnExec(fdConfig)
+	cmd := exec.Command(path)
+	cmd.Args = cfg.Args
+	cmd.Env = cfg.Env
+	if cmd.Env == nil {
+		cmd.Env = []string{}
+	}
+	cmd.Dir = cfg.Dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.ExtraFiles = []*os.File{pr, status}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if !cfg.Weaker {
-		// A nested user+mount namespace makes every mount MNT_LOCKED: even a
-		// process that regained privilege could not unmount what hides a path.
-		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS
-		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: cfg.UID, HostID: 0, Size: 1}}
-		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: cfg.GID, HostID: 0, Size: 1}}
-	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
 		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGCONT)
 	if err := cmd.Start(); err != nil {
-		return stageFail(status, "init: start the final stage: %v", err)
+		var pe *os.PathError
+		if errors.As(err, &pe) && pe.Op == "chdir" {
+			return stageFail(status, "init: working directory %s: %v", cfg.Dir, pe.Err)
+		}
+		// Still confined: the exec itself failed (ENOEXEC, EACCES…).
+		status.Close()
+		fmt.Fprintf(os.Stderr, "moat: %s: %v\n", cfg.Args[0], err)
+		return 126
 	}
-	pr.Close()
 	status.Close()
-	if _, err := pw.Write(ecfg); err != nil {
-		return SetupExitCode // the stage died; it reported on the status fd
-	}
-	pw.Close()
 	pid := cmd.Process.Pid
 	tty := isTerminal(os.Stdin)
 	go func() {
@@ -595,46 +605,6 @@ func serveRelay(ln net.Listener, gateway string) {
 			Relay(c, g)
 		}()
 	}
-}
-
-// execMain is the final stage, in a nested user+mount namespace: it drops
-// every privilege, loads seccomp and execs the command. Any failure before
-// the execve is reported on the status fd; the command never runs then.
-func execMain() int {
-	status := os.NewFile(fdStatus, "status")
-	cfgFile := os.NewFile(fdConfig, "config")
-	var cfg execConfig
-	if err := json.NewDecoder(cfgFile).Decode(&cfg); err != nil {
-		return stageFail(status, "exec: read config: %v", err)
-	}
-	cfgFile.Close()
-	if err := unix.Chdir(cfg.Dir); err != nil {
-		return stageFail(status, "exec: working directory %s: %v", cfg.Dir, err)
-	}
-	path, err := lookPath(cfg.Args[0], envValue(cfg.Env, "PATH"))
-	if err != nil {
-		// Not a set-up failure: report as a shell would.
-		status.Close()
-		fmt.Fprintf(os.Stderr, "moat: %s: %v\n", cfg.Args[0], err)
-		if errors.Is(err, os.ErrPermission) {
-			return 126
-		}
-		return 127
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return stageFail(status, "exec: no_new_privs: %v", err)
-	}
-	if err := dropCapabilities(); err != nil {
-		return stageFail(status, "exec: drop capabilities: %v", err)
-	}
-	if err := loadSeccomp(SeccompRules(cfg.AllowAllUnix)); err != nil {
-		return stageFail(status, "exec: seccomp: %v", err)
-	}
-	unix.CloseOnExec(fdStatus)
-	err = syscall.Exec(path, cfg.Args, cfg.Env)
-	// Still confined: the exec itself failed (ENOEXEC, EACCES…).
-	fmt.Fprintf(os.Stderr, "moat: %s: %v\n", cfg.Args[0], err)
-	return 126
 }
 
 // dropCapabilities empties the bounding, ambient, inheritable, permitted and

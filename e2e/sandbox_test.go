@@ -253,3 +253,67 @@ func handlerSplit(h, git http.Handler) http.Handler {
 		h.ServeHTTP(w, r)
 	})
 }
+
+func TestSandboxPlanAndProxyConnect(t *testing.T) {
+	b := newBox(t, "")
+	// moat plan prints the mount table, the seccomp rules and the
+	// environment without running anything.
+	out, _, code := run(t, 20*time.Second, moatBin, "plan", "--settings", b.settings, "--", "make", "test")
+	for _, want := range []string{"rbind-root", "tmpfs", b.secret, "socket(arg0", "HTTPS_PROXY=http://localhost:3128", "allowed:"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("moat plan: exit %d, missing %q:\n%s", code, want, out)
+		}
+	}
+	// proxy-connect is the ssh ProxyCommand: stdin/stdout through the
+	// gateway to an allowed host:port, and a refusal for a blocked one.
+	out, _ = b.sh(t, fmt.Sprintf(`printf 'GET /bytes/5 HTTP/1.0\r\nHost: ok\r\n\r\n' | %[1]s proxy-connect ok.e2e.test %[2]s | head -1
+%[1]s proxy-connect blocked.e2e.test %[2]s </dev/null 2>&1 | head -2
+echo "ssh:$GIT_SSH_COMMAND"`, moatBin, b.port))
+	if !strings.Contains(out, "HTTP/1.0 200") && !strings.Contains(out, "HTTP/1.1 200") {
+		t.Errorf("proxy-connect to an allowed host:\n%s", out)
+	}
+	if !strings.Contains(out, "403") {
+		t.Errorf("proxy-connect to a blocked host was not refused:\n%s", out)
+	}
+	if !strings.Contains(out, "proxy-connect %h %p") {
+		t.Errorf("GIT_SSH_COMMAND does not use moat proxy-connect:\n%s", out)
+	}
+}
+
+func TestSandboxParallelRunsLeaveNothing(t *testing.T) {
+	b := newBox(t, "")
+	mounts := func() int {
+		data, _ := os.ReadFile("/proc/self/mountinfo")
+		return strings.Count(string(data), "\n")
+	}
+	before := mounts()
+	errs := make(chan string, 20)
+	for i := 0; i < 20; i++ {
+		go func() {
+			out, code := b.sh(t, "touch .bashrc 2>/dev/null; ls -A >/dev/null; exit 3")
+			if code != 3 {
+				errs <- fmt.Sprintf("exit %d: %s", code, out)
+				return
+			}
+			errs <- ""
+		}()
+	}
+	for i := 0; i < 20; i++ {
+		if e := <-errs; e != "" {
+			t.Error(e)
+		}
+	}
+	if after := mounts(); after != before {
+		t.Errorf("host mount table changed: %d -> %d lines", before, after)
+	}
+	entries, _ := os.ReadDir(b.project)
+	for _, e := range entries {
+		if e.Name() != ".git" {
+			t.Errorf("left on the host in the project: %s", e.Name())
+		}
+	}
+	out, _, _ := run(t, 5*time.Second, "sh", "-c", "ps -eo args | grep -c '[m]oat-sandbox' || true")
+	if strings.TrimSpace(out) != "0" {
+		t.Errorf("sandbox processes left: %s", out)
+	}
+}

@@ -73,7 +73,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
-		if ee.err != nil && ee.code != exitDeny {
+		if ee.err != nil {
 			fmt.Fprintln(stderr, "moat:", ee.err)
 		}
 		return ee.code

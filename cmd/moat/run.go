@@ -2,10 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
+	"bufio"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -321,23 +322,20 @@ func proxyConnectCmd(s stdio) *cobra.Command {
 			}
 			defer c.Close()
 			fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
-			// Read the status line and headers byte by byte: nothing of the
-			// tunnel may be consumed here.
-			var head []byte
-			b := make([]byte, 1)
-			for !strings.HasSuffix(string(head), "\r\n\r\n") {
-				if len(head) > 16<<10 {
-					return errors.New("proxy-connect: gateway response too long")
-				}
-				if _, err := c.Read(b); err != nil {
-					return fmt.Errorf("proxy-connect: read gateway response: %w", err)
-				}
-				head = append(head, b[0])
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+			if err != nil {
+				return fmt.Errorf("proxy-connect: read gateway response: %w", err)
 			}
-			status := strings.SplitN(string(head), "\r\n", 2)[0]
-			if f := strings.Fields(status); len(f) < 2 || f[1] != "200" {
-				body, _ := io.ReadAll(io.LimitReader(c, 4096))
-				return fmt.Errorf("proxy-connect %s: %s\n%s", target, status, body)
+			if resp.StatusCode != http.StatusOK {
+				body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+				return withCode(1, fmt.Errorf("proxy-connect %s: %s\n%s", target, resp.Status, body))
+			}
+			// Bytes the upstream sent right away (an ssh banner) may sit in
+			// the reader already.
+			if n := br.Buffered(); n > 0 {
+				b, _ := br.Peek(n)
+				s.out.Write(b)
 			}
 			done := make(chan struct{})
 			go func() {

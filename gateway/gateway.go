@@ -77,6 +77,10 @@ type Gateway struct {
 	socks *socks5.Server
 	http  *http.Server
 	tr    *http.Transport
+	// pool serves plain-HTTP requests; tr is its fallback (https URLs,
+	// upgrades).
+	pool   *pool
+	poolRT goproxy.RoundTripper
 
 	httpConns chan net.Conn // demultiplexed HTTP connections
 	mu        sync.Mutex
@@ -294,12 +298,14 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 			_ = g.http.Close()
 			g.waitTunnels()
 			g.tr.CloseIdleConnections()
+			g.pool.closeIdle()
 			g.wg.Wait()
 			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	g.tr.CloseIdleConnections()
+	g.pool.closeIdle()
 	g.wg.Wait()
 	return err
 }

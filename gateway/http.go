@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"time"
@@ -60,6 +59,18 @@ func (g *Gateway) setupHTTP() {
 		DisableCompression: true,
 		TLSClientConfig:    &tls.Config{MinVersion: tls.VersionTLS12},
 	}
+	g.pool = &pool{
+		dial: func(ctx context.Context, _ string) (net.Conn, error) {
+			return g.transportDial(ctx, "tcp", "")
+		},
+		fallback: g.tr,
+		maxIdle:  g.opt.MaxIdlePerHost,
+		idleTTL:  90 * time.Second,
+		idle:     make(map[string][]*poolConn),
+	}
+	poolRT := goproxy.RoundTripperFunc(func(req *http.Request, _ *goproxy.ProxyCtx) (*http.Response, error) {
+		return g.pool.RoundTrip(req)
+	})
 	p := goproxy.NewProxyHttpServer()
 	p.Tr = g.tr
 	p.ConnectDial = nil // CONNECT is served by serveConnect, never by goproxy's env dialer
@@ -69,6 +80,7 @@ func (g *Gateway) setupHTTP() {
 	p.NonproxyHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		badRequestReply("this is moat's gateway: send proxy requests with an absolute URL (http://host/path)").write(w)
 	})
+	g.poolRT = poolRT
 	p.OnRequest().DoFunc(g.onRequest)
 	p.OnResponse().DoFunc(g.onResponse)
 	g.proxy = p
@@ -111,9 +123,6 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	st := &reqState{id: id}
 	ctx := context.WithValue(r.Context(), stateKey{}, st)
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
-		st.addr = i.Conn.RemoteAddr().String()
-	}})
 	cw := &countingWriter{ResponseWriter: w}
 	g.proxy.ServeHTTP(cw, r.WithContext(ctx))
 	if !st.decided {
@@ -202,6 +211,7 @@ func (g *Gateway) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 	}
 	r.URL.Host = canon.HostPort(st.dec.Host, port)
 	mitm.StripHopByHop(r.Header)
+	ctx.RoundTripper = g.poolRT
 	if st.dec.Verdict != policy.Inspect && g.opt.Credentials != nil {
 		// Not bound here (bound hosts are inspected): any sentinel in the
 		// request is a leak attempt.
@@ -302,12 +312,15 @@ func (g *Gateway) onResponse(resp *http.Response, ctx *goproxy.ProxyCtx) *http.R
 // transportDial is the http.Transport's only way to reach the network: it
 // dials the decision stored in the request context through the checked
 // dialer, never the name.
-func (g *Gateway) transportDial(ctx context.Context, network, addr string) (net.Conn, error) {
+func (g *Gateway) transportDial(ctx context.Context, _, _ string) (net.Conn, error) {
 	st := stateFrom(ctx)
 	if st == nil || st.dec.Verdict == policy.Deny {
 		return nil, errors.New("gateway: dial without an allow decision")
 	}
-	c, _, err := g.dialUpstream(ctx, st.dec, true)
+	c, addr, err := g.dialUpstream(ctx, st.dec, true)
+	if err == nil {
+		st.addr = addr.String()
+	}
 	return c, err
 }
 

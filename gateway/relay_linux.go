@@ -81,3 +81,24 @@ func relay(dst, src net.Conn) (int64, error) {
 
 // writerOnly hides ReadFrom so CopyBuffer uses the pooled buffer.
 type writerOnly struct{ io.Writer }
+
+// connAlive reports whether an idle connection is still open: no EOF and
+// no unexpected bytes queued.
+func connAlive(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	alive := false
+	var b [1]byte
+	_ = rc.Read(func(fd uintptr) bool {
+		_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		alive = err == unix.EAGAIN
+		return true
+	})
+	return alive
+}

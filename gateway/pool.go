@@ -1,0 +1,199 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// pool is the plain-HTTP upstream RoundTripper: keep-alive connections per
+// host:port, used synchronously by the request's own goroutine. Go's
+// http.Transport hands every request to two more goroutines (a read and a
+// write loop per connection); on a busy proxy those hand-offs cost more than
+// the proxying itself. Requests it cannot serve this way (HTTPS upstreams,
+// protocol upgrades) go to the fallback Transport.
+type pool struct {
+	dial     func(ctx context.Context, key string) (net.Conn, error)
+	fallback http.RoundTripper
+	maxIdle  int
+	idleTTL  time.Duration
+
+	mu   sync.Mutex
+	idle map[string][]*poolConn
+}
+
+type poolConn struct {
+	net.Conn
+	addr string // the dialled IP:port, for audit lines
+	br   *bufio.Reader
+	bw   *bufio.Writer
+	used time.Time
+	// deadline is set while a deadline is armed on the connection.
+	deadline bool
+}
+
+func (p *pool) get(key string, check bool) *poolConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cs := p.idle[key]
+	for len(cs) > 0 {
+		c := cs[len(cs)-1]
+		cs = cs[:len(cs)-1]
+		// A request that cannot be replayed must not meet a connection
+		// the upstream closed while it was idle: look before using it.
+		if time.Since(c.used) < p.idleTTL && (!check || connAlive(c.Conn)) {
+			p.idle[key] = cs
+			return c
+		}
+		c.Close()
+	}
+	delete(p.idle, key)
+	return nil
+}
+
+func (p *pool) put(key string, c *poolConn) {
+	c.used = time.Now()
+	p.mu.Lock()
+	if len(p.idle[key]) < p.maxIdle {
+		p.idle[key] = append(p.idle[key], c)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	c.Close()
+}
+
+// closeIdle drops every idle connection (Shutdown).
+func (p *pool) closeIdle() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, cs := range p.idle {
+		for _, c := range cs {
+			c.Close()
+		}
+		delete(p.idle, k)
+	}
+}
+
+func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != "http" || req.Header.Get("Upgrade") != "" || req.Header.Get("Expect") != "" || req.Method == http.MethodConnect {
+		return p.fallback.RoundTrip(req)
+	}
+	key := req.URL.Host
+	// A pooled connection may have been closed by the upstream while idle:
+	// retry once on a fresh one, but only when nothing of the request can
+	// have been consumed (no body, or a replayable one).
+	for attempt := 0; ; attempt++ {
+		c := p.get(key, !replayable(req))
+		fresh := c == nil
+		if fresh {
+			nc, err := p.dial(req.Context(), key)
+			if err != nil {
+				return nil, err
+			}
+			c = &poolConn{Conn: nc, addr: nc.RemoteAddr().String(), br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 8<<10)}
+		}
+		if st := stateFrom(req.Context()); st != nil {
+			st.addr = c.addr
+		}
+		resp, err := p.roundTrip(c, key, req)
+		if err == nil {
+			return resp, nil
+		}
+		c.Close()
+		if fresh || attempt > 0 || !replayable(req) {
+			return nil, err
+		}
+		if req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
+			b, gerr := req.GetBody()
+			if gerr != nil {
+				return nil, err
+			}
+			req.Body = b
+		}
+	}
+}
+
+func replayable(req *http.Request) bool {
+	if req.Body == nil || req.Body == http.NoBody || req.ContentLength == 0 {
+		return true
+	}
+	return req.GetBody != nil
+}
+
+func (p *pool) roundTrip(c *poolConn, key string, req *http.Request) (*http.Response, error) {
+	// Deadlines only when the request has one: a SetDeadline per request
+	// showed in profiles.
+	if dl, ok := req.Context().Deadline(); ok {
+		c.SetDeadline(dl)
+		c.deadline = true
+	} else if c.deadline {
+		c.SetDeadline(time.Time{})
+		c.deadline = false
+	}
+	// Request.Write sends origin-form (path only) with the Host header,
+	// and chunks a body of unknown length.
+	if err := req.Write(c.bw); err != nil {
+		return nil, err
+	}
+	if err := c.bw.Flush(); err != nil {
+		return nil, err
+	}
+	resp, err := http.ReadResponse(c.br, req)
+	// Skip informational answers (103 Early Hints); 101 is refused below.
+	for i := 0; err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols; i++ {
+		if i == 8 {
+			return nil, errors.New("gateway: too many informational responses")
+		}
+		resp, err = http.ReadResponse(c.br, req)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		resp.Body.Close()
+		return nil, errors.New("gateway: unexpected protocol switch")
+	}
+	reuse := !resp.Close && !req.Close
+	resp.Body = &poolBody{ReadCloser: resp.Body, p: p, c: c, key: key, reuse: reuse}
+	return resp, nil
+}
+
+// poolBody returns the connection to the pool once the body was read to
+// its end; a body closed early takes its connection with it.
+type poolBody struct {
+	io.ReadCloser
+	p     *pool
+	c     *poolConn
+	key   string
+	reuse bool
+	eof   bool
+	done  bool
+}
+
+func (b *poolBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+func (b *poolBody) Close() error {
+	if b.done {
+		return nil
+	}
+	b.done = true
+	err := b.ReadCloser.Close()
+	if b.eof && b.reuse && b.c.br.Buffered() == 0 {
+		b.p.put(b.key, b.c)
+	} else {
+		b.c.Close()
+	}
+	return err
+}

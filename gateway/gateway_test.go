@@ -11,6 +11,8 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -234,12 +236,26 @@ func TestOneDecisionEverywhere(t *testing.T) {
 			}
 		})
 	}
+	// A denied name is never looked up, on any protocol (go-socks5 would
+	// resolve before its rule runs).
+	for _, q := range e.dns.Queries() {
+		if q.Name == "bad.test" || q.Name == "other.test" {
+			t.Errorf("denied name %s was looked up (%s over %s)", q.Name, dnsType(q.Type), q.Net)
+		}
+	}
 	// Every decision is exactly one audit line: 3 hosts × (http, connect,
 	// socks5) plus the extra raw SOCKS5 probes for the 2 denied hosts.
 	ev := e.audit.waitEvents(t, 11)
 	if len(ev) != 11 {
 		t.Errorf("audit lines = %d, want 11", len(ev))
 	}
+}
+
+func dnsType(t uint16) string {
+	if t == 28 {
+		return "AAAA"
+	}
+	return fmt.Sprint(t)
 }
 
 func checkHTTPVerdict(t *testing.T, resp *http.Response, body string, allowed bool, reason, hint string) {
@@ -526,6 +542,20 @@ func TestBadInput(t *testing.T) {
 	e := newEnv(t, policy.Spec{Allow: []string{"ok.test"}}, func(o *Options) {
 		o.HeaderTimeout = 300 * time.Millisecond
 	})
+	baseG, baseFD := runtime.NumGoroutine(), openFDs(t)
+	defer func() {
+		// Bad input leaks neither goroutines nor file descriptors: both
+		// return to where they were (bounded wait for closes to land).
+		var g, fd int
+		for i := 0; i < 100; i++ {
+			g, fd = runtime.NumGoroutine(), openFDs(t)
+			if g <= baseG+2 && fd <= baseFD+2 {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Errorf("after bad input: goroutines %d -> %d, fds %d -> %d", baseG, g, baseFD, fd)
+	}()
 	send := func(raw string) string {
 		c, err := net.DialTimeout("tcp", e.addr, time.Second)
 		if err != nil {
@@ -580,6 +610,14 @@ func TestBadInput(t *testing.T) {
 		}
 		c.Close()
 	}
+}
+
+func openFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd:", err)
+	}
+	return len(ents)
 }
 
 func TestConcurrentAuditLines(t *testing.T) {

@@ -264,6 +264,9 @@ type Credentials struct {
 	// AllowPlaintextInject allows swapping sentinels over plain HTTP.
 	// Default: false.
 	AllowPlaintextInject bool `yaml:"allowPlaintextInject"`
+	// QuarantineOnLeak denies all further egress of the session once a
+	// credential leak was blocked (moat). Default: false.
+	QuarantineOnLeak bool `yaml:"quarantineOnLeak"`
 	// AWSPairs group masked env vars into AWS key pairs for SigV4
 	// re-signing; the standard AWS_* names pair themselves. Default: none.
 	AWSPairs []AWSPair `yaml:"awsPairs"`

@@ -60,6 +60,9 @@ type Options struct {
 	// they are not bound to; the Interceptor swaps them for bound hosts.
 	// Nil: none.
 	Credentials *credentials.Set
+	// Quarantine, when active, denies every further request (after a
+	// blocked leak and credentials.quarantineOnLeak). Nil: never.
+	Quarantine *Quarantine
 	// Parent chains through a corporate proxy after the gateway's own
 	// decision (network.parentProxy). Default: dial directly.
 	Parent *Parent

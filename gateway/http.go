@@ -116,6 +116,12 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Header.Del("Proxy-Authorization")
+	if g.opt.Quarantine.Active() {
+		quarantineReply().write(w)
+		g.audit.Write(audit.Event{Session: id.session, Client: id.client, Proto: "http", Host: sanitize(r.Host),
+			Verdict: "deny", Reason: reasonQuarantined, Policy: g.opt.Policy.Hash()})
+		return
+	}
 	if r.Method == http.MethodConnect {
 		g.serveConnect(w, r, id)
 		return
@@ -193,6 +199,7 @@ func (g *Gateway) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 	}
 	if le := g.opt.Credentials.CheckHost(st.host); le != nil {
 		st.denied, st.reason, st.credential = true, reasonCredentialLeak, le.Credential
+		g.opt.Quarantine.Leak(le.Credential)
 		return r, leakReply(le.Credential, "").response(r)
 	}
 	st.dec = g.opt.Policy.Decide(policy.Request{Proto: policy.ProtoHTTP, Host: st.host, Port: port, Client: st.id.client})
@@ -218,6 +225,7 @@ func (g *Gateway) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 		if _, err := g.opt.Credentials.Apply(r, st.dec.Host.String(), true, false); err != nil {
 			st.denied, st.reason = true, reasonCredentialLeak
 			st.credential = leakName(err)
+			g.opt.Quarantine.Leak(st.credential)
 			return r, leakReply(st.credential, st.dec.Host.String()).response(r)
 		}
 	}
@@ -342,6 +350,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, id identi
 		// A sentinel as a host label (TOKEN.evil.test) exfiltrates
 		// through DNS or SNI: never decide, resolve or dial it.
 		leakReply(le.Credential, "").write(w)
+		g.opt.Quarantine.Leak(le.Credential)
 		g.audit.Write(audit.Event{Session: id.session, Client: id.client, Proto: "connect", Host: "(redacted)",
 			Port: port, Verdict: "deny", Reason: reasonCredentialLeak, Credential: le.Credential, Policy: g.opt.Policy.Hash()})
 		return

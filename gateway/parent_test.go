@@ -13,6 +13,7 @@ import (
 
 	"github.com/elazarl/goproxy"
 
+	"github.com/moat-dev/moat/credentials"
 	"github.com/moat-dev/moat/gateway/policy"
 )
 
@@ -100,5 +101,45 @@ func TestParseParentErrors(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("error leaks the password: %v", err)
 		}
+	}
+}
+
+// TestQuarantineAfterLeak: once a leak was blocked and quarantine is on,
+// every further request of the session is refused.
+func TestQuarantineAfterLeak(t *testing.T) {
+	_, port, _ := upstream(t)
+	set, _, err := credentials.Load([]credentials.Spec{{Name: "GITHUB_TOKEN", Mode: "mask", InjectHosts: []string{"bound.test"}}},
+		func(string) string { return "ghp_quarantineTestSecret0123456789abcd" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	sentinel := set.Bindings()[0].Sentinel
+	q := NewQuarantine(true)
+	e := newEnv(t, policy.Spec{Allow: []string{"127.0.0.1", "bound.test"}, AllowedAddrs: loopbackCarveOut},
+		func(o *Options) { o.Credentials, o.Quarantine = set, q })
+	get := func(url, hdr string) *http.Response {
+		req, _ := http.NewRequest("GET", url, nil)
+		if hdr != "" {
+			req.Header.Set("X-Token", hdr)
+		}
+		resp, err := e.client(testToken).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	target := fmt.Sprintf("http://127.0.0.1:%d/", port)
+	if r := get(target, ""); r.StatusCode != 200 {
+		t.Fatalf("before the leak: %d", r.StatusCode)
+	}
+	if r := get(target, sentinel); r.StatusCode != 403 || r.Header.Get("X-Proxy-Error") != "blocked-credential-leak" {
+		t.Fatalf("leak: %d %q", r.StatusCode, r.Header.Get("X-Proxy-Error"))
+	}
+	if r := get(target, ""); r.StatusCode != 403 || r.Header.Get("X-Moat-Reason") != "quarantined" {
+		t.Errorf("after the leak: %d %q, want 403 quarantined", r.StatusCode, r.Header.Get("X-Moat-Reason"))
+	}
+	if cresp, _ := rawConnect(t, e.addr, target[len("http://"):len(target)-1], testToken); cresp.StatusCode != 403 {
+		t.Errorf("CONNECT after the leak: %d", cresp.StatusCode)
 	}
 }

@@ -197,3 +197,16 @@ func leakName(err error) string {
 	}
 	return "unknown"
 }
+
+const reasonQuarantined = "quarantined"
+
+// quarantineReply answers every request of a quarantined session.
+func quarantineReply() reply {
+	h := make(http.Header)
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Proxy-Error", "blocked-credential-leak")
+	h.Set("X-Moat-Reason", reasonQuarantined)
+	h.Set("X-Moat-Rule", "credentials.quarantineOnLeak")
+	return reply{status: http.StatusForbidden, header: h,
+		body: "Connection blocked: this session is quarantined after a blocked credential leak\n"}
+}

@@ -66,6 +66,11 @@ type Options struct {
 	// AllowPlaintextInject permits swapping over plain http
 	// (credentials.allowPlaintextInject).
 	AllowPlaintextInject bool
+	// OnLeak is told the credential of every blocked leak; Quarantined,
+	// when it returns true, refuses every request (the gateway's
+	// quarantine). Both may be nil.
+	OnLeak      func(credential string)
+	Quarantined func() bool
 }
 
 // Meta attributes a connection in audit events.
@@ -461,6 +466,12 @@ func (i *Interceptor) decide(r *http.Request, d policy.Decision, checkHost bool)
 			dec, rep = i.applyCredentials(r, d, !checkHost, dec)
 		}
 	}()
+	if i.o.Quarantined != nil && i.o.Quarantined() {
+		dec := RuleDecision{RuleID: "credentials.quarantineOnLeak", Code: CodeQuarantined,
+			Reason: "this session is quarantined after a blocked credential leak"}
+		rep := leakReply(dec)
+		return dec, &rep
+	}
 	if checkHost && r.Host != "" {
 		hh := r.Host
 		if h, _, err := canon.SplitHostPort(hh); err == nil {
@@ -534,6 +545,9 @@ func (i *Interceptor) applyCredentials(r *http.Request, d policy.Decision, plain
 	var pe *credentials.PlaintextError
 	switch {
 	case errors.As(err, &le):
+		if i.o.OnLeak != nil {
+			i.o.OnLeak(le.Credential)
+		}
 		dec.Code, dec.Injected = CodeCredentialLeak, []string{le.Credential}
 		dec.Reason = "credential " + le.Credential + " may not be sent to " + d.Host.String() + " (" + le.Where + ")"
 		rep := leakReply(dec)

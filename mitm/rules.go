@@ -102,6 +102,7 @@ const (
 	CodeGitBadPush      = "git-bad-push"
 	CodeSNIMismatch     = "sni-mismatch"
 	CodeHostMismatch    = "host-mismatch"
+	CodeQuarantined     = "quarantined"      // the session is quarantined after a leak
 	CodeCredentialLeak  = "credential-leak"  // a sentinel headed for a host it is not bound to
 	CodePlaintextInject = "plaintext-inject" // a swap over plain http without allowPlaintextInject
 	CodeCredentialError = "credential-error" // the swap itself failed

@@ -33,6 +33,8 @@ type stack struct {
 	policy *policy.Policy
 	dialer *resolver.Dialer
 	creds  *credentials.Set // loaded by gatewayOptions
+	// quarantine is shared by the gateway and the interceptor.
+	quarantine *gateway.Quarantine
 }
 
 // loadStack resolves the settings (DESIGN §2 order) and compiles them. Any
@@ -68,6 +70,8 @@ func (st *stack) gatewayOptions(sink audit.Sink, log *slog.Logger, s stdio) (gat
 		return o, nil, err
 	}
 	o.Credentials = st.creds
+	o.Quarantine = gateway.NewQuarantine(st.file.Credentials.QuarantineOnLeak)
+	st.quarantine = o.Quarantine
 	icpt, auth, err := st.interceptor(sink, log)
 	if err != nil {
 		return o, nil, err

@@ -118,6 +118,7 @@ func (st *stack) interceptor(sink audit.Sink, log *slog.Logger) (*mitm.Intercept
 		CA: auth, Rules: rules, UpstreamRoots: roots, Dial: st.dialer.DialContext,
 		Audit: sink, Logger: log, PolicyHash: st.policy.Hash(),
 		Credentials: st.creds, AllowPlaintextInject: st.file.Credentials.AllowPlaintextInject,
+		OnLeak: st.quarantine.Leak, Quarantined: st.quarantine.Active,
 	})
 	if err != nil {
 		return nil, nil, err

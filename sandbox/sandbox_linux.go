@@ -46,6 +46,9 @@ type initConfig struct {
 	AllowAllUnix bool
 	Weaker       bool
 	UID, GID     int
+	// Seccomp is the compiled filter (sock_filter array) PID 1 loads on
+	// the thread that forks the command.
+	Seccomp []byte
 }
 
 // MaybeInit runs a sandbox stage and exits if this process was started as
@@ -127,49 +130,6 @@ func Run(ctx context.Context, s Spec) (exitCode int, err error) {
 	if err := os.WriteFile(filepath.Join(runDir, "empty"), nil, 0o444); err != nil {
 		return SetupExitCode, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
-	var plan *PlanInfo
-	err = reg.acquire(rec, func(shared map[string]bool) ([]string, error) {
-		var err error
-		if plan, err = buildPlan(s, runDir); err != nil {
-			return nil, err
-		}
-		var ph []string
-		for i, m := range plan.Mounts {
-			if m.Kind == MountBind && m.Flags == "ro" && shared[m.Target] {
-				// Another run's placeholder, not a real file: share it, so
-				// its owner does not remove it from under us.
-				m = Mount{Kind: MountEmpty, Source: filepath.Join(runDir, "empty"), Target: m.Target, Flags: "ro", Placeholder: true}
-				plan.Mounts[i] = m
-			}
-			if m.Placeholder {
-				ph = append(ph, m.Target)
-			}
-		}
-		return ph, nil
-	})
-	if err != nil {
-		if plan == nil {
-			return SetupExitCode, err
-		}
-		return SetupExitCode, fmt.Errorf("%w: placeholders: %v", ErrSetup, err)
-	}
-	stderr := s.Stderr
-	if stderr == nil {
-		stderr = io.Discard
-	}
-	if s.WeakerNested {
-		fmt.Fprintln(stderr, "moat: WARNING: enableWeakerNestedSandbox is set: the host's /proc and /sys are visible inside; use it only inside a container that is itself the security boundary")
-	}
-
-	cfg := initConfig{
-		NewRoot: filepath.Join(runDir, "root"), Mounts: plan.Mounts, Args: plan.Args, Dir: plan.Dir,
-		Env: plan.env, AllowAllUnix: s.AllowAllUnixSockets, Weaker: s.WeakerNested,
-		UID: os.Getuid(), GID: os.Getgid(),
-	}
-	blob, err := json.Marshal(cfg)
-	if err != nil {
-		return SetupExitCode, fmt.Errorf("%w: %v", ErrSetup, err)
-	}
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		return SetupExitCode, fmt.Errorf("%w: %v", ErrSetup, err)
@@ -182,6 +142,14 @@ func Run(ctx context.Context, s Spec) (exitCode int, err error) {
 	}
 	defer stR.Close()
 
+	stderr := s.Stderr
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	// Before the clone: the command's output shares this writer.
+	if s.WeakerNested {
+		fmt.Fprintln(stderr, "moat: WARNING: enableWeakerNestedSandbox is set: the host's /proc and /sys are visible inside; use it only inside a container that is itself the security boundary")
+	}
 	cmd := exec.Command("/proc/self/exe", verbInit)
 	cmd.Args[0] = "moat-sandbox"
 	cmd.Env = []string{}
@@ -204,6 +172,55 @@ func Run(ctx context.Context, s Spec) (exitCode int, err error) {
 	stW.Close()
 	if err != nil {
 		return SetupExitCode, fmt.Errorf("%w: clone namespaces: %v%s", ErrSetup, err, cloneHint(err))
+	}
+	// The init stage boots (a Go runtime start, the longest step) while we
+	// build the plan and compile the filter; it waits for its config.
+	abort := func() {
+		cfgW.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	var plan *PlanInfo
+	err = reg.acquire(rec, func(shared map[string]bool) ([]string, error) {
+		var err error
+		if plan, err = buildPlan(s, runDir); err != nil {
+			return nil, err
+		}
+		var ph []string
+		for i, m := range plan.Mounts {
+			if m.Kind == MountBind && m.Flags == "ro" && shared[m.Target] {
+				// Another run's placeholder, not a real file: share it, so
+				// its owner does not remove it from under us.
+				m = Mount{Kind: MountEmpty, Source: filepath.Join(runDir, "empty"), Target: m.Target, Flags: "ro", Placeholder: true}
+				plan.Mounts[i] = m
+			}
+			if m.Placeholder {
+				ph = append(ph, m.Target)
+			}
+		}
+		return ph, nil
+	})
+	if err != nil {
+		abort()
+		if plan == nil {
+			return SetupExitCode, err
+		}
+		return SetupExitCode, fmt.Errorf("%w: placeholders: %v", ErrSetup, err)
+	}
+
+	cfg := initConfig{
+		NewRoot: filepath.Join(runDir, "root"), Mounts: plan.Mounts, Args: plan.Args, Dir: plan.Dir,
+		Env: plan.env, AllowAllUnix: s.AllowAllUnixSockets, Weaker: s.WeakerNested,
+		UID: os.Getuid(), GID: os.Getgid(),
+	}
+	if cfg.Seccomp, err = compileSeccomp(SeccompRules(s.AllowAllUnixSockets)); err != nil {
+		abort()
+		return SetupExitCode, fmt.Errorf("%w: seccomp: %v", ErrSetup, err)
+	}
+	blob, err := json.Marshal(cfg)
+	if err != nil {
+		abort()
+		return SetupExitCode, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
 	sigs := make(chan os.Signal, 8)
 	tty := isTerminal(s.Stdin)
@@ -335,7 +352,7 @@ func initMain() int {
 	if err := dropCapabilities(); err != nil {
 		return stageFail(status, "init: drop capabilities: %v", err)
 	}
-	if err := loadSeccompThread(SeccompRules(cfg.AllowAllUnix)); err != nil {
+	if err := loadSeccompProgram(cfg.Seccomp); err != nil {
 		return stageFail(status, "init: seccomp: %v", err)
 	}
 	unix.CloseOnExec(fdStatus)

@@ -10,5 +10,4 @@ func cgoSupported() error {
 	return fmt.Errorf("%w: this moat was built without cgo, so it has no seccomp filter (rebuild with CGO_ENABLED=1 and libseccomp)", ErrUnsupported)
 }
 
-func loadSeccomp([]SeccompRule) error       { return cgoSupported() }
-func loadSeccompThread([]SeccompRule) error { return cgoSupported() }
+func compileSeccomp([]SeccompRule) ([]byte, error) { return nil, cgoSupported() }

@@ -8,6 +8,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/moat-dev/moat/gateway/policy/canon"
@@ -258,17 +259,23 @@ func (v *validator) prefixes(p string, ss []string) {
 	}
 }
 
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
+
 var (
-	ruleIDRe   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$`)
-	methodRe   = regexp.MustCompile(`^[A-Z][A-Z0-9_-]*$`)
-	tokenRe    = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$") // RFC 9110 §5.6.2
-	envNameRe  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	// Compiled on first use: every moat process (and each sandbox stage)
+	// would otherwise pay for them at start-up.
+	ruleIDRe   = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$`)
+	methodRe   = lazyRegexp(`^[A-Z][A-Z0-9_-]*$`)
+	tokenRe    = lazyRegexp("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$") // RFC 9110 §5.6.2
+	envNameRe  = lazyRegexp(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	gitRepoMax = 2 // "owner/repo"
 )
 
 func (v *validator) rule(p string, r *Rule, ids map[string]int, i int) {
 	if r.ID != "" {
-		if !ruleIDRe.MatchString(r.ID) {
+		if !ruleIDRe().MatchString(r.ID) {
 			v.add(p+".id", "%s: use letters, digits and ._:/- (at most 64)", quote(r.ID))
 		} else if j, dup := ids[r.ID]; dup {
 			v.add(p+".id", "duplicate rule id %s (also network.rules[%d])", quote(r.ID), j)
@@ -298,8 +305,8 @@ func (v *validator) match(p string, m *Match) {
 		}
 		switch {
 		case meth == "*":
-		case methodRe.MatchString(meth):
-		case tokenRe.MatchString(meth) && methodRe.MatchString(strings.ToUpper(meth)):
+		case methodRe().MatchString(meth):
+		case tokenRe().MatchString(meth) && methodRe().MatchString(strings.ToUpper(meth)):
 			v.errs = append(v.errs, &FieldError{Path: mp, Value: meth, Msg: fmt.Sprintf("methods are case-sensitive: use %q", strings.ToUpper(meth))})
 		default:
 			v.add(mp, "%s is not an HTTP method (e.g. \"GET\", or \"*\")", quote(meth))
@@ -321,7 +328,7 @@ func (v *validator) match(p string, m *Match) {
 	}
 	for k, g := range m.Headers {
 		hp := mapPath(p+".headers", k)
-		if !tokenRe.MatchString(k) {
+		if !tokenRe().MatchString(k) {
 			v.add(hp, "%s is not a header name", quote(k))
 		}
 		if _, err := path.Match(g, ""); err != nil || g == "" {
@@ -505,7 +512,7 @@ func (v *validator) credentials(c *Credentials, n *Network) {
 		switch {
 		case e.Name == "":
 			v.add(p+".name", "is required")
-		case !envNameRe.MatchString(e.Name):
+		case !envNameRe().MatchString(e.Name):
 			v.add(p+".name", "%s is not a variable name (letters, digits, _)", quote(e.Name))
 		default:
 			if j, dup := names[e.Name]; dup {
@@ -580,7 +587,7 @@ func (v *validator) source(p, s string) {
 	}
 	kind, arg, _ := strings.Cut(s, ":")
 	switch {
-	case kind == "env" && envNameRe.MatchString(arg):
+	case kind == "env" && envNameRe().MatchString(arg):
 	case kind == "file" && arg != "" && !strings.ContainsRune(arg, 0):
 	case kind == "command" && strings.TrimSpace(arg) != "":
 	default:

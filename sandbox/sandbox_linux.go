@@ -318,14 +318,26 @@ func initMain() int {
 		return stageFail(status, "init: read config: %v", err)
 	}
 	cfgFile.Close()
+	// The network side (lo, the relay's listeners) is independent of the
+	// mount table: build both at once. The relay dials the gateway socket
+	// by its path inside, per connection, so after the pivot.
+	netReady := make(chan error, 1)
+	go func() {
+		if err := loopbackUp(); err != nil {
+			netReady <- fmt.Errorf("bring lo up: %w", err)
+			return
+		}
+		if err := startRelays(innerGatewaySocket); err != nil {
+			netReady <- fmt.Errorf("relay: %w", err)
+			return
+		}
+		netReady <- nil
+	}()
 	if err := buildMounts(&cfg); err != nil {
 		return stageFail(status, "init: %v", err)
 	}
-	if err := loopbackUp(); err != nil {
-		return stageFail(status, "init: bring lo up: %v", err)
-	}
-	if err := startRelays(innerGatewaySocket); err != nil {
-		return stageFail(status, "init: relay: %v", err)
+	if err := <-netReady; err != nil {
+		return stageFail(status, "init: %v", err)
 	}
 
 	// The command is forked from this thread (locked to the main goroutine

@@ -189,14 +189,18 @@ if [[ ${SANDBOX:-1} == 1 ]]; then
 	PROJ=$WORK/project
 	mkdir -p "$PROJ"
 	# time_ms CMD... prints the median wall time in ms of STARTUP_RUNS runs.
+	# No subshell around the command: its fork would be counted too.
 	time_ms() {
-		local t0 t1
-		for _ in $(seq 1 "$STARTUP_RUNS"); do
-			t0=$(date +%s%N)
-			(cd "$PROJ" && "$@" >/dev/null 2>&1) || die "$* failed"
-			t1=$(date +%s%N)
-			echo $(((t1 - t0) / 1000))
-		done | median | awk '{ printf "%.2f", $1 / 1000 }'
+		local t0 t1 i all=()
+		pushd "$PROJ" >/dev/null
+		for ((i = 0; i < STARTUP_RUNS; i++)); do
+			t0=$EPOCHREALTIME
+			"$@" >/dev/null 2>&1 || die "$* failed"
+			t1=$EPOCHREALTIME
+			all+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) * 1000 }')")
+		done
+		popd >/dev/null
+		printf '%s\n' "${all[@]}" | median | awk '{ printf "%.2f", $1 }'
 	}
 	echo "== start-up, median of $STARTUP_RUNS"
 	bash_ms=$(time_ms bash -c true)

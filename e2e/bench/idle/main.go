@@ -25,7 +25,7 @@ func main() {
 	echo := flag.Bool("echo", false, "internal: run only the loopback echo upstream, printing its address")
 	timeout := flag.Duration("timeout", 3*time.Minute, "give up after")
 	flag.Parse()
-	time.AfterFunc(*timeout, func() { fmt.Fprintln(os.Stderr, "idle: timeout"); os.Exit(1) })
+	time.AfterFunc(*timeout, func() { fmt.Fprintln(os.Stderr, "idle: timeout"); exit(1) })
 
 	if *echo {
 		up, err := net.Listen("tcp", "127.0.0.1:0")
@@ -49,13 +49,13 @@ func main() {
 	ecOut, err := ec.StdoutPipe()
 	check(err)
 	check(ec.Start())
-	defer ec.Process.Kill()
+	cleanups = append(cleanups, func() { ec.Process.Kill() })
 	line, err := bufio.NewReader(ecOut).ReadString('\n')
 	check(err)
 	target := strings.TrimSpace(line)
 	dir, err := os.MkdirTemp("", "moat-idle-")
 	check(err)
-	defer os.RemoveAll(dir)
+	cleanups = append(cleanups, func() { os.RemoveAll(dir) })
 	settings := filepath.Join(dir, "s.yaml")
 	check(os.WriteFile(settings, []byte("network:\n  allowedDomains: [\"127.0.0.1\"]\n"), 0o600))
 	pl, err := net.Listen("tcp", "127.0.0.1:0")
@@ -65,7 +65,7 @@ func main() {
 	gw := exec.Command(*moat, "gateway", "--no-auth", "--listen", gwAddr, "--settings", settings)
 	gw.Stderr = os.Stderr
 	check(gw.Start())
-	defer gw.Process.Kill()
+	cleanups = append(cleanups, func() { gw.Process.Kill() })
 	for i := 0; ; i++ {
 		if c, err := net.Dial("tcp", gwAddr); err == nil {
 			c.Close()
@@ -109,6 +109,7 @@ func main() {
 	for _, c := range conns {
 		c.Close()
 	}
+	exit(0)
 }
 
 // rss reads VmRSS in KiB from /proc.
@@ -124,9 +125,20 @@ func rss(pid int) int {
 	return 0
 }
 
+// cleanups run before any exit: a failed run must not leave the gateway
+// or the echo process behind.
+var cleanups []func()
+
+func exit(code int) {
+	for i := len(cleanups) - 1; i >= 0; i-- {
+		cleanups[i]()
+	}
+	os.Exit(code)
+}
+
 func check(err error) {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "idle:", err)
-		os.Exit(1)
+		exit(1)
 	}
 }

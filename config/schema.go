@@ -294,6 +294,9 @@ type EnvVar struct {
 	// for; each must be covered by network.allowedDomains.
 	// Default (nil): network.allowedDomains. An explicit [] is an error.
 	InjectHosts []string `yaml:"injectHosts"`
+	// InjectBody also swaps the sentinel inside request bodies, up to a
+	// cap (moat). Default: false (headers, userinfo and query only).
+	InjectBody bool `yaml:"injectBody"`
 	// Extract is a regex; group 1 of each match is the secret.
 	// Default: the whole value.
 	Extract string `yaml:"extract"`
@@ -313,6 +316,9 @@ type CredFile struct {
 	Mode string `yaml:"mode"`
 	// InjectHosts: as EnvVar.InjectHosts.
 	InjectHosts []string `yaml:"injectHosts"`
+	// InjectBody also swaps the sentinel inside request bodies, up to a
+	// cap (moat). Default: false (headers, userinfo and query only).
+	InjectBody bool `yaml:"injectBody"`
 	// Extract: as EnvVar.Extract. Default: the whole file.
 	Extract string `yaml:"extract"`
 	// OnExtractNoMatch: as EnvVar.OnExtractNoMatch. Default: "warn".

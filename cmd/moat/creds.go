@@ -45,12 +45,12 @@ func loadCredentials(f *config.File, s stdio) (*credentials.Set, error) {
 		return h
 	}
 	for _, e := range c.EnvVars {
-		specs = append(specs, credentials.Spec{Name: e.Name, Mode: e.Mode, Source: e.Source, InjectHosts: hosts(e.InjectHosts),
+		specs = append(specs, credentials.Spec{Name: e.Name, Mode: e.Mode, Source: e.Source, InjectHosts: hosts(e.InjectHosts), InjectBody: e.InjectBody,
 			Extract: e.Extract, OnExtractNoMatch: e.OnExtractNoMatch})
 	}
 	for _, fl := range c.Files {
 		p := expandPath(fl.Path, home, dir)
-		specs = append(specs, credentials.Spec{Name: fl.Path, Mode: fl.Mode, InjectHosts: hosts(fl.InjectHosts),
+		specs = append(specs, credentials.Spec{Name: fl.Path, Mode: fl.Mode, InjectHosts: hosts(fl.InjectHosts), InjectBody: fl.InjectBody,
 			Extract: fl.Extract, OnExtractNoMatch: fl.OnExtractNoMatch, File: p})
 	}
 	var opts []credentials.Option

@@ -163,7 +163,7 @@ func (f *File) Summary() string {
 		line("denied", list(n.DeniedDomains, ""))
 	}
 	if n.HTTPProxyPort != nil || n.SOCKSProxyPort != nil {
-		line("proxy", "external proxy on localhost (filtering is its job)")
+		line("proxy", "moat decides, then chains through the HTTP proxy on localhost")
 	}
 	if t := n.TLSTerminate; t != nil {
 		v := "terminated for every allowed host"

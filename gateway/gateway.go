@@ -63,6 +63,9 @@ type Options struct {
 	// Quarantine, when active, denies every further request (after a
 	// blocked leak and credentials.quarantineOnLeak). Nil: never.
 	Quarantine *Quarantine
+	// Budgets limit each client's requests and bytes per host pattern
+	// (network.budgets). Default: none.
+	Budgets []Budget
 	// Parent chains through a corporate proxy after the gateway's own
 	// decision (network.parentProxy). Default: dial directly.
 	Parent *Parent
@@ -89,6 +92,7 @@ type Gateway struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	tunnels   map[*tunnel]struct{}
+	budgets   *budgets
 	closed    bool
 	done      chan struct{}
 	wg        sync.WaitGroup
@@ -132,6 +136,10 @@ func New(o Options) (*Gateway, error) {
 		listeners: make(map[net.Listener]struct{}),
 		tunnels:   make(map[*tunnel]struct{}),
 		done:      make(chan struct{}),
+	}
+	var err error
+	if g.budgets, err = newBudgets(o.Budgets); err != nil {
+		return nil, err
 	}
 	g.setupHTTP()
 	g.setupSOCKS()

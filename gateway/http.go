@@ -32,6 +32,7 @@ type reqState struct {
 	port       uint16
 	addr       string
 	credential string // credentials injected, or the one a leak was blocked for
+	budget     []int  // budget rules to charge
 	reason     string
 	rule       string
 	denied     bool
@@ -140,6 +141,7 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		e.Addr = st.addr
 	}
+	g.budgets.charge(id.client, st.budget, max(r.ContentLength, 0), cw.n)
 	e.Credential = st.credential
 	e.Method = r.Method
 	e.Path = redactPath(r.URL.EscapedPath(), r.URL.RawQuery != "")
@@ -207,6 +209,12 @@ func (g *Gateway) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 		st.denied, st.reason, st.rule = true, st.dec.Reason.Code(), st.dec.Rule
 		return r, denyReply(st.dec, st.host, port).response(r)
 	}
+	matched, spent := g.budgets.admit(st.id.client, st.dec)
+	if spent != nil {
+		st.denied, st.reason, st.rule = true, reasonBudget, "budget:"+spent.Pattern
+		return r, budgetReply(spent).response(r)
+	}
+	st.budget = matched
 	// The Host header must name the host we decided on: no domain fronting
 	// through a permitted address.
 	r.Host = canon.HostPort(st.dec.Host, port)
@@ -367,8 +375,16 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, id identi
 		g.audit.Write(e)
 		return
 	}
+	matched, spent := g.budgets.admit(id.client, d)
+	if spent != nil {
+		budgetReply(spent).write(w)
+		e.Verdict, e.Reason, e.Rule = "deny", reasonBudget, "budget:"+spent.Pattern
+		g.audit.Write(e)
+		return
+	}
 	if d.Verdict == policy.Inspect {
 		g.inspectConnect(w, id, d, e, start)
+		g.budgets.charge(id.client, matched, 0, 0)
 		return
 	}
 	dctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
@@ -410,6 +426,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, id identi
 	up, down := g.pipe(raw, raw, upstream)
 	e.BytesUp += up
 	e.BytesDown = down
+	g.budgets.charge(id.client, matched, e.BytesUp, e.BytesDown)
 	e.DurationMS = msSince(start)
 	g.audit.Write(e)
 }

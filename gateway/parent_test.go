@@ -143,3 +143,41 @@ func TestQuarantineAfterLeak(t *testing.T) {
 		t.Errorf("CONNECT after the leak: %d", cresp.StatusCode)
 	}
 }
+
+func TestBudgets(t *testing.T) {
+	_, port, _ := upstream(t)
+	e := newEnv(t, policy.Spec{Allow: []string{"127.0.0.1", "*.b.test"}, AllowedAddrs: loopbackCarveOut},
+		func(o *Options) {
+			o.Budgets = []Budget{
+				{Pattern: "127.0.0.1", Requests: 2, BytesUp: -1, BytesDown: -1},
+				{Pattern: "*.b.test", Requests: -1, BytesUp: -1, BytesDown: 10},
+			}
+		})
+	e.dns.Set("x.b.test", []netip.Addr{netip.MustParseAddr("127.0.0.1")}, time.Minute)
+	status := func(url string) (int, string) {
+		resp, err := e.client(testToken).Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("X-Moat-Reason")
+	}
+	lit := fmt.Sprintf("http://127.0.0.1:%d/", port)
+	for i, want := range []int{200, 200, 403} {
+		if got, reason := status(lit); got != want || (want == 403 && reason != "budget-exhausted") {
+			t.Errorf("request %d to the request-limited host: %d %q, want %d", i, got, reason, want)
+		}
+	}
+	// CONNECT counts against the same budget.
+	if cresp, _ := rawConnect(t, e.addr, fmt.Sprintf("127.0.0.1:%d", port), testToken); cresp.StatusCode != 403 {
+		t.Errorf("CONNECT after the budget was spent: %d", cresp.StatusCode)
+	}
+	// The byte budget: the first answer (19 bytes) spends it.
+	name := fmt.Sprintf("http://x.b.test:%d/", port)
+	if got, _ := status(name); got != 200 {
+		t.Errorf("first request to the byte-limited host: %d", got)
+	}
+	if got, reason := status(name); got != 403 || reason != "budget-exhausted" {
+		t.Errorf("after the byte budget: %d %q, want 403 budget-exhausted", got, reason)
+	}
+}

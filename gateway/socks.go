@@ -29,10 +29,11 @@ type socksKey struct{}
 
 // socksState is the decision the rule made, handed to the connect handler.
 type socksState struct {
-	id   identity
-	dec  policy.Decision
-	host string
-	port uint16
+	id     identity
+	budget []int
+	dec    policy.Decision
+	host   string
+	port   uint16
 }
 
 func (g *Gateway) setupSOCKS() {
@@ -117,7 +118,14 @@ func (s socksRule) Allow(ctx context.Context, r *socks5.Request) (context.Contex
 		g.audit.Write(g.event(policy.ProtoSOCKS5, id, d, host, port))
 		return ctx, false // go-socks5 replies 0x02, not allowed by ruleset
 	}
-	return context.WithValue(ctx, socksKey{}, &socksState{id: id, dec: d, host: host, port: port}), true
+	matched, spent := g.budgets.admit(id.client, d)
+	if spent != nil {
+		e := g.event(policy.ProtoSOCKS5, id, d, host, port)
+		e.Verdict, e.Reason, e.Rule = "deny", reasonBudget, "budget:"+spent.Pattern
+		g.audit.Write(e)
+		return ctx, false
+	}
+	return context.WithValue(ctx, socksKey{}, &socksState{id: id, dec: d, host: host, port: port, budget: matched}), true
 }
 
 func (g *Gateway) socksConnect(ctx context.Context, w io.Writer, r *socks5.Request) error {
@@ -189,6 +197,7 @@ func (g *Gateway) socksConnect(ctx context.Context, w io.Writer, r *socks5.Reque
 	up, down := g.pipe(raw, raw, upstream)
 	e.BytesUp += up
 	e.BytesDown = down
+	g.budgets.charge(st.id.client, st.budget, e.BytesUp, e.BytesDown)
 	e.DurationMS = msSince(start)
 	g.audit.Write(e)
 	return nil

@@ -77,10 +77,31 @@ func (st *stack) gatewayOptions(sink audit.Sink, log *slog.Logger, s stdio) (gat
 		return o, nil, err
 	}
 	o.Interceptor = icpt
-	if pp := st.file.Network.ParentProxy; pp != nil {
+	n := &st.file.Network
+	if pp := n.ParentProxy; pp != nil {
 		if o.Parent, err = gateway.ParseParent(pp.HTTP, pp.HTTPS, pp.NoProxy); err != nil {
 			return o, nil, withCode(exitUsage, err)
 		}
+	} else if n.HTTPProxyPort != nil {
+		// srt's "use an external proxy on this port": moat still decides
+		// every connection, then chains through it.
+		u := fmt.Sprintf("http://127.0.0.1:%d", *n.HTTPProxyPort)
+		if o.Parent, err = gateway.ParseParent(u, u, ""); err != nil {
+			return o, nil, withCode(exitUsage, err)
+		}
+	}
+	if n.SOCKSProxyPort != nil && n.HTTPProxyPort == nil && n.ParentProxy == nil {
+		return o, nil, usageErr("network.socksProxyPort: moat chains only through HTTP proxies; set network.httpProxyPort or network.parentProxy instead")
+	}
+	unlimited := func(p *int64) int64 {
+		if p == nil {
+			return -1
+		}
+		return *p
+	}
+	for _, b := range n.Budgets {
+		o.Budgets = append(o.Budgets, gateway.Budget{Pattern: b.Host,
+			Requests: unlimited(b.Requests), BytesUp: unlimited(b.BytesUp), BytesDown: unlimited(b.BytesDown)})
 	}
 	return o, auth, nil
 }

@@ -126,7 +126,10 @@ func New(o Options) (*Interceptor, error) {
 		ExpectContinueTimeout: time.Second,
 	}
 	i.proxy = &httputil.ReverseProxy{
-		Rewrite:      rewrite,
+		Rewrite: rewrite,
+		// Without a pool, ReverseProxy allocates a 32 KiB copy buffer for
+		// every request.
+		BufferPool:   copyBuffers{},
 		Transport:    i.tr,
 		ErrorHandler: i.proxyError,
 		ErrorLog:     slog.NewLogLogger(i.log.Handler(), slog.LevelDebug),
@@ -612,3 +615,11 @@ func (i *Interceptor) Filter(r *http.Request, d policy.Decision) (RuleDecision, 
 	}
 	return dec, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { rep.write(w) })
 }
+
+var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// copyBuffers is ReverseProxy's BufferPool.
+type copyBuffers struct{}
+
+func (copyBuffers) Get() []byte  { return *copyBufPool.Get().(*[]byte) }
+func (copyBuffers) Put(b []byte) { copyBufPool.Put(&b) }

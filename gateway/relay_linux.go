@@ -60,6 +60,15 @@ func relay(dst, src net.Conn) (int64, error) {
 		if avail <= 0 {
 			avail = 1
 		}
+		if uc, ok := dst.(*net.UnixConn); ok {
+			if tc, ok := src.(*net.TCPConn); ok {
+				// Into moat run's private unix socket (a handful of tunnels
+				// per session): splice to the end. Go cannot bound this
+				// splice, so it keeps a pipe while the tunnel idles.
+				n, err := tc.WriteTo(uc)
+				return total + n, err
+			}
+		}
 		lr := &io.LimitedReader{R: src, N: int64(avail)}
 		var n int64
 		if _, isTCP := dst.(*net.TCPConn); isTCP {

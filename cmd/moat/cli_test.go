@@ -154,3 +154,34 @@ func TestExamplesValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestCACommands(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	out, errs, code := moat(t, "ca", "show")
+	if code != 2 || !strings.Contains(errs, "moat ca init") {
+		t.Errorf("ca show before init: exit %d %q, want 2 and a hint to run moat ca init", code, errs)
+	}
+	out, _, code = moat(t, "ca", "init")
+	if code != 0 || !strings.Contains(out, "CA ready") {
+		t.Fatalf("ca init: %d %q", code, out)
+	}
+	path, _, _ := moat(t, "ca", "path")
+	path = strings.TrimSpace(path)
+	key := filepath.Join(filepath.Dir(path), "key.pem")
+	if fi, err := os.Stat(key); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("CA key %s: %v mode %v, want 0600", key, err, fi.Mode().Perm())
+	}
+	pem, _, _ := moat(t, "ca", "export")
+	certFile, _ := os.ReadFile(path)
+	if !strings.HasPrefix(pem, "-----BEGIN CERTIFICATE-----") || pem != string(certFile) || strings.Contains(pem, "PRIVATE KEY") {
+		t.Errorf("ca export is not exactly the certificate")
+	}
+	out, _, code = moat(t, "ca", "show")
+	if code != 0 || !strings.Contains(out, "sha256: ") {
+		t.Errorf("ca show: %d %q", code, out)
+	}
+	again, _, _ := moat(t, "ca", "export")
+	if again != pem {
+		t.Errorf("a second init/export changed the CA")
+	}
+}

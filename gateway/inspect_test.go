@@ -1,0 +1,97 @@
+package gateway
+
+import (
+	"bufio"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/moat-dev/moat/ca"
+	"github.com/moat-dev/moat/gateway/policy"
+	"github.com/moat-dev/moat/mitm"
+)
+
+// TestInspectedConnect: a CONNECT to an inspected host is terminated with
+// moat's CA; bytes that are not TLS (ssh, say) fall back to an opaque
+// tunnel under the same decision; without an interceptor the Inspect
+// decision is refused (fail closed).
+func TestInspectedConnect(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	auth, err := ca.LoadOrCreate(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, _ := mitm.CompileRules(nil, nil)
+	spec := policy.Spec{Allow: []string{"127.0.0.1"}, InspectAll: true}
+	e := newEnv(t, spec, func(o *Options) {
+		i, err := mitm.New(mitm.Options{CA: auth, Rules: rules, Dial: o.Dialer.DialContext})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Interceptor = i
+	})
+	connect := func(addr string) (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, "CONNECT "+echo.Addr().String()+" HTTP/1.1\r\nHost: x\r\nProxy-Authorization: Basic "+basic("u", testToken)+"\r\n\r\n")
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 200 {
+			return c, nil
+		}
+		return c, br
+	}
+	c, br := connect(e.addr)
+	defer c.Close()
+	io.WriteString(c, "SSH-2.0-test\r\n")
+	line, err := br.ReadString('\n')
+	if err != nil || line != "SSH-2.0-test\r\n" {
+		t.Errorf("non-TLS bytes through an inspected CONNECT: %q %v", line, err)
+	}
+	// TLS is terminated by moat's CA.
+	c2, br2 := connect(e.addr)
+	defer c2.Close()
+	tc := tls.Client(&bufConn{Conn: c2, r: br2}, &tls.Config{ServerName: "127.0.0.1", RootCAs: auth.Pool()})
+	if err := tc.Handshake(); err != nil {
+		t.Errorf("TLS through an inspected CONNECT: %v", err)
+	} else if issuer := tc.ConnectionState().PeerCertificates[0].Issuer.String(); issuer != auth.Certificate().Subject.String() {
+		t.Errorf("leaf issued by %q, want moat's CA", issuer)
+	}
+
+	// No interceptor: refused.
+	plain := newEnv(t, spec, nil)
+	c3, br3 := connect(plain.addr)
+	defer c3.Close()
+	if br3 != nil {
+		t.Errorf("Inspect decision without an interceptor was tunnelled")
+	}
+}
+
+type bufConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufConn) Read(p []byte) (int, error) { return c.r.Read(p) }

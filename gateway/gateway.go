@@ -380,23 +380,29 @@ func (t *tunnel) close() {
 
 type closeWriter interface{ CloseWrite() error }
 
-// pipe copies both directions until both end, half-closing as each side
-// finishes. Copies between *net.TCPConn and *net.UnixConn use splice.
-// It returns the bytes sent upstream and downstream.
-func (g *Gateway) pipe(client net.Conn, clientR net.Conn, upstream net.Conn) (up, down int64) {
-	t := &tunnel{a: client, b: upstream}
+// track registers an open tunnel so Shutdown can close it after the grace
+// period; the returned func closes both ends and forgets it.
+func (g *Gateway) track(a, b net.Conn) (untrack func()) {
+	t := &tunnel{a: a, b: b}
 	g.mu.Lock()
 	g.tunnels[t] = struct{}{}
 	g.mu.Unlock()
-	defer func() {
+	return func() {
 		t.close()
 		g.mu.Lock()
 		delete(g.tunnels, t)
 		g.mu.Unlock()
-	}()
+	}
+}
+
+// pipe copies both directions until both end, half-closing as each side
+// finishes. Copies between *net.TCPConn and *net.UnixConn use splice.
+// It returns the bytes sent upstream and downstream.
+func (g *Gateway) pipe(client, upstream net.Conn) (up, down int64) {
+	defer g.track(client, upstream)()
 	done := make(chan int64, 1)
 	go func() {
-		n, _ := relay(upstream, clientR)
+		n, _ := relay(upstream, client)
 		if cw, ok := upstream.(closeWriter); ok {
 			_ = cw.CloseWrite()
 		} else {

@@ -283,16 +283,7 @@ func (g *Gateway) inspectConnect(w http.ResponseWriter, id identity, d policy.De
 // intercept runs the interceptor on an answered tunnel. Non-TLS bytes fall
 // back to an opaque tunnel under the same decision.
 func (g *Gateway) intercept(conn net.Conn, id identity, d policy.Decision, e audit.Event, start time.Time, proto string) {
-	t := &tunnel{a: conn, b: conn}
-	g.mu.Lock()
-	g.tunnels[t] = struct{}{}
-	g.mu.Unlock()
-	defer func() {
-		t.close()
-		g.mu.Lock()
-		delete(g.tunnels, t)
-		g.mu.Unlock()
-	}()
+	defer g.track(conn, conn)()
 	opaque := func(c net.Conn) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		upstream, addr, err := g.dialUpstream(ctx, d, false)
@@ -304,7 +295,7 @@ func (g *Gateway) intercept(conn net.Conn, id identity, d policy.Decision, e aud
 			return
 		}
 		e.Verdict, e.Addr = "allow", addr.String()
-		e.BytesUp, e.BytesDown = g.pipe(c, c, upstream)
+		e.BytesUp, e.BytesDown = g.pipe(c, upstream)
 	}
 	g.opt.Interceptor.Serve(context.Background(), conn, d, mitm.Meta{Session: id.session, Client: id.client, Proto: proto}, opaque)
 	e.DurationMS = msSince(start)
@@ -423,7 +414,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, id identi
 			raw = c
 		}
 	}
-	up, down := g.pipe(raw, raw, upstream)
+	up, down := g.pipe(raw, upstream)
 	e.BytesUp += up
 	e.BytesDown = down
 	g.budgets.charge(id.client, matched, e.BytesUp, e.BytesDown)

@@ -151,6 +151,9 @@ func (s *Set) DeniedEnv() []string { return slices.Clone(s.deniedEnv) }
 // BindsHost reports whether any binding is bound to canonical host, which the
 // gateway uses to decide that host must be inspected (TLS terminated).
 func (s *Set) BindsHost(host string) bool {
+	if s == nil {
+		return false
+	}
 	for _, b := range s.bindings {
 		if b.hosts.match(host) {
 			return true

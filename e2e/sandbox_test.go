@@ -205,10 +205,35 @@ libc = ctypes.CDLL(None, use_errno=True)
 r = libc.ptrace(16, 1, 0, 0)
 print("ESCAPE-ptrace" if r == 0 else "refused ptrace")
 '
+python3 -c 'open("/proc/1/mem","r+b")' 2>/dev/null && echo ESCAPE-proc1mem || echo "refused proc1mem"
+python3 -c '
+import os
+opened = 0
+for f in os.listdir("/proc/1/fd"):
+    try:
+        os.close(os.open("/proc/1/fd/" + f, os.O_RDONLY)); opened += 1
+    except OSError:
+        pass
+print("ESCAPE-proc1fd" if opened else "refused proc1fd")
+' 2>/dev/null || echo "refused proc1fd"
+python3 -c '
+import ctypes
+l = ctypes.CDLL(None, use_errno=True)
+l.syscall.restype = ctypes.c_long
+r = l.syscall(41, ctypes.c_long(0x100000001), 1, 0)
+print("ESCAPE-unix-highbits" if r >= 0 else "refused unix-highbits")
+'
+python3 -c '
+import ctypes, errno
+l = ctypes.CDLL(None, use_errno=True)
+c = ctypes.c_char(b"x")
+r = l.ioctl(0, 0x5412, ctypes.byref(c))
+print("refused tiocsti" if r < 0 and ctypes.get_errno() == errno.EPERM else "ESCAPE-tiocsti")
+'
 echo "procs:$(ls /proc | grep -c -E '^[0-9]+$')"
 cat "`+b.secret+`/key" 2>&1 | head -1
 `)
-	if strings.Contains(out, "ESCAPE") || strings.Count(out, "refused") != 9 {
+	if strings.Contains(out, "ESCAPE") || strings.Count(out, "refused") != 13 {
 		t.Errorf("escape attempts:\n%s", out)
 	}
 	if strings.Contains(out, "top secret") {
@@ -240,6 +265,19 @@ func TestSandboxProcess(t *testing.T) {
 	}
 	if out, code := b.moat(t, "", "--", "/no/such/cmd"); code == 0 {
 		t.Errorf("missing command exited 0: %s", out)
+	}
+	// A relative command runs from the working directory.
+	os.WriteFile(filepath.Join(b.project, "s.sh"), []byte("#!/bin/sh\necho relative-ok\n"), 0o755)
+	if out, code := b.moat(t, "", "--", "./s.sh"); code != 0 || !strings.Contains(out, "relative-ok") {
+		t.Errorf("./s.sh: exit %d %q", code, out)
+	}
+	// Descriptors moat inherited never reach the command.
+	out, _, _ := run(t, 30*time.Second, "sh", "-c", fmt.Sprintf("cd %q && HOME=%q exec 9</etc/hostname %q run --settings %q -- ls /proc/self/fd",
+		b.project, b.home, moatBin, b.settings))
+	for _, fd := range strings.Fields(out) {
+		if fd == "9" {
+			t.Errorf("inherited fd 9 reached the command: %q", out)
+		}
 	}
 }
 

@@ -66,6 +66,7 @@ func (g *Gateway) setupHTTP() {
 		},
 		fallback: g.tr,
 		maxIdle:  g.opt.MaxIdlePerHost,
+		maxTotal: 4 * g.opt.MaxIdlePerHost,
 		idleTTL:  90 * time.Second,
 		idle:     make(map[string][]*poolConn),
 	}
@@ -145,6 +146,9 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	e.Credential = st.credential
 	e.Method = r.Method
 	e.Path = redactPath(r.URL.EscapedPath(), r.URL.RawQuery != "")
+	if st.reason == reasonCredentialLeak {
+		e.Path = "(redacted)" // it may be where the sentinel was
+	}
 	e.Status = cw.status
 	e.BytesUp = max(r.ContentLength, 0)
 	e.BytesDown = cw.n
@@ -200,6 +204,7 @@ func (g *Gateway) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 		return r, badRequestReply("only http and https URLs can be proxied").response(r)
 	}
 	if le := g.opt.Credentials.CheckHost(st.host); le != nil {
+		st.host = "(redacted)" // the host carries the sentinel
 		st.denied, st.reason, st.credential = true, reasonCredentialLeak, le.Credential
 		g.opt.Quarantine.Leak(le.Credential)
 		return r, leakReply(le.Credential, "").response(r)
@@ -226,6 +231,8 @@ func (g *Gateway) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 	}
 	r.URL.Host = canon.HostPort(st.dec.Host, port)
 	mitm.StripHopByHop(r.Header)
+	// Trailers arrive after the body, past every check: drop them.
+	r.Trailer = nil
 	ctx.RoundTripper = g.poolRT
 	if st.dec.Verdict != policy.Inspect && g.opt.Credentials != nil {
 		// Not bound here (bound hosts are inspected): any sentinel in the
@@ -285,6 +292,13 @@ func (g *Gateway) inspectConnect(w http.ResponseWriter, id identity, d policy.De
 func (g *Gateway) intercept(conn net.Conn, id identity, d policy.Decision, e audit.Event, start time.Time, proto string) {
 	defer g.track(conn, conn)()
 	opaque := func(c net.Conn) {
+		if !g.opt.Interceptor.OpaqueAllowed(d) {
+			// Plaintext to a host with per-request rules or bound
+			// credentials would bypass them all.
+			e.Verdict, e.Reason = "deny", reasonNotTLS
+			c.Close()
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		upstream, addr, err := g.dialUpstream(ctx, d, false)
 		cancel()
@@ -324,10 +338,9 @@ func (g *Gateway) transportDial(ctx context.Context, _, _ string) (net.Conn, err
 	if st == nil || st.dec.Verdict == policy.Deny {
 		return nil, errors.New("gateway: dial without an allow decision")
 	}
-	c, addr, err := g.dialUpstream(ctx, st.dec, true)
-	if err == nil {
-		st.addr = addr.String()
-	}
+	// No write to st here: the Transport may finish a dial in the
+	// background, after the request used another connection.
+	c, _, err := g.dialUpstream(ctx, st.dec, true)
 	return c, err
 }
 

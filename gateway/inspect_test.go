@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,3 +96,53 @@ type bufConn struct {
 }
 
 func (c *bufConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// TestInspectedConnectRulesHaveNoOpaqueBypass: a host with per-request
+// rules must not be reachable with plaintext through CONNECT.
+func TestInspectedConnectRulesHaveNoOpaqueBypass(t *testing.T) {
+	var hits atomic.Int64
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	go func() {
+		for {
+			c, err := up.Accept()
+			if err != nil {
+				return
+			}
+			hits.Add(1)
+			c.Close()
+		}
+	}()
+	auth, _ := ca.LoadOrCreate(t.TempDir())
+	rules, err := mitm.CompileRules([]mitm.Rule{{ID: "ro", Host: "127.0.0.1",
+		Allow: []mitm.Match{{Methods: []string{"GET"}, Path: "/**"}}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, policy.Spec{Allow: []string{"127.0.0.1"}, Inspect: []string{"127.0.0.1"}}, func(o *Options) {
+		i, err := mitm.New(mitm.Options{CA: auth, Rules: rules, Dial: o.Dialer.DialContext})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Interceptor = i
+	})
+	c, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "CONNECT "+up.Addr().String()+" HTTP/1.1\r\nHost: x\r\nProxy-Authorization: Basic "+basic("u", testToken)+"\r\n\r\n")
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"}); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	io.WriteString(c, "DELETE /x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	io.ReadAll(br)
+	if n := hits.Load(); n != 0 {
+		t.Errorf("plaintext through an inspected CONNECT reached the upstream %d times", n)
+	}
+}

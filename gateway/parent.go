@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -120,11 +121,23 @@ func (p *Parent) route(h canon.Host, plain bool) *url.URL {
 // dialUpstream connects to d's destination: through the parent proxy when
 // one applies, else through the checked dialer.
 func (g *Gateway) dialUpstream(ctx context.Context, d policy.Decision, plain bool) (net.Conn, netip.AddrPort, error) {
+	if d.Verdict == policy.Deny {
+		return nil, netip.AddrPort{}, errors.New("gateway: dial without an allow decision")
+	}
 	u := g.opt.Parent.route(d.Host, plain)
-	if u == nil {
+	// localhost entries name this machine: through the parent they would
+	// reach the parent's own loopback instead.
+	if u == nil || d.LoopbackOnly {
 		return g.opt.Dialer.DialContext(ctx, d)
 	}
 	return dialViaParent(ctx, u, canon.HostPort(d.Host, d.Port))
+}
+
+// Dial connects to an allowed decision's destination the way the gateway
+// does: through the parent proxy where one applies, else through the
+// checked dialer. The interceptor dials inspected hosts with it.
+func (g *Gateway) Dial(ctx context.Context, d policy.Decision) (net.Conn, netip.AddrPort, error) {
+	return g.dialUpstream(ctx, d, false)
 }
 
 // ParentError reports a parent proxy that refused or failed a tunnel.

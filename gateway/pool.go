@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"time"
 )
@@ -20,11 +21,14 @@ import (
 type pool struct {
 	dial     func(ctx context.Context, key string) (net.Conn, error)
 	fallback http.RoundTripper
-	maxIdle  int
+	maxIdle  int // per host
+	maxTotal int // all hosts
 	idleTTL  time.Duration
 
-	mu   sync.Mutex
-	idle map[string][]*poolConn
+	mu      sync.Mutex
+	idle    map[string][]*poolConn
+	total   int
+	reaping bool
 }
 
 type poolConn struct {
@@ -37,16 +41,18 @@ type poolConn struct {
 	deadline bool
 }
 
-func (p *pool) get(key string, check bool) *poolConn {
+func (p *pool) get(key string) *poolConn {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	cs := p.idle[key]
 	for len(cs) > 0 {
 		c := cs[len(cs)-1]
 		cs = cs[:len(cs)-1]
-		// A request that cannot be replayed must not meet a connection
-		// the upstream closed while it was idle: look before using it.
-		if time.Since(c.used) < p.idleTTL && (!check || connAlive(c.Conn)) {
+		p.total--
+		// Look before using it: the upstream may have closed it while it
+		// idled, or queued bytes (an unsolicited 408) that would be read
+		// as the next answer.
+		if time.Since(c.used) < p.idleTTL && connAlive(c.Conn) {
 			p.idle[key] = cs
 			return c
 		}
@@ -59,13 +65,50 @@ func (p *pool) get(key string, check bool) *poolConn {
 func (p *pool) put(key string, c *poolConn) {
 	c.used = time.Now()
 	p.mu.Lock()
-	if len(p.idle[key]) < p.maxIdle {
+	if len(p.idle[key]) < p.maxIdle && p.total < p.maxTotal {
 		p.idle[key] = append(p.idle[key], c)
+		p.total++
+		p.startReaper()
 		p.mu.Unlock()
 		return
 	}
 	p.mu.Unlock()
 	c.Close()
+}
+
+// startReaper closes connections idle past idleTTL, so hosts visited once
+// do not hold descriptors forever. Called with p.mu held.
+func (p *pool) startReaper() {
+	if p.reaping {
+		return
+	}
+	p.reaping = true
+	time.AfterFunc(p.idleTTL/2, p.reap)
+}
+
+func (p *pool) reap() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, cs := range p.idle {
+		keep := cs[:0]
+		for _, c := range cs {
+			if time.Since(c.used) >= p.idleTTL {
+				c.Close()
+				p.total--
+				continue
+			}
+			keep = append(keep, c)
+		}
+		if len(keep) == 0 {
+			delete(p.idle, k)
+		} else {
+			p.idle[k] = keep
+		}
+	}
+	p.reaping = false
+	if p.total > 0 {
+		p.startReaper()
+	}
 }
 
 // closeIdle drops every idle connection (Shutdown).
@@ -78,10 +121,17 @@ func (p *pool) closeIdle() {
 		}
 		delete(p.idle, k)
 	}
+	p.total = 0
 }
 
 func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme != "http" || req.Header.Get("Upgrade") != "" || req.Header.Get("Expect") != "" || req.Method == http.MethodConnect {
+		if st := stateFrom(req.Context()); st != nil {
+			// GotConn runs in this goroutine, before RoundTrip returns.
+			req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+				GotConn: func(i httptrace.GotConnInfo) { st.addr = i.Conn.RemoteAddr().String() },
+			}))
+		}
 		return p.fallback.RoundTrip(req)
 	}
 	key := req.URL.Host
@@ -89,7 +139,7 @@ func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	// retry once on a fresh one, but only when nothing of the request can
 	// have been consumed (no body, or a replayable one).
 	for attempt := 0; ; attempt++ {
-		c := p.get(key, !replayable(req))
+		c := p.get(key)
 		fresh := c == nil
 		if fresh {
 			nc, err := p.dial(req.Context(), key)
@@ -109,21 +159,19 @@ func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		if fresh || attempt > 0 || !replayable(req) {
 			return nil, err
 		}
-		if req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
-			b, gerr := req.GetBody()
-			if gerr != nil {
-				return nil, err
-			}
-			req.Body = b
-		}
 	}
 }
 
+// replayable: only idempotent requests without a body are sent twice, as
+// Go's Transport does: a POST that reached the upstream before the
+// connection broke must not run again.
 func replayable(req *http.Request) bool {
-	if req.Body == nil || req.Body == http.NoBody || req.ContentLength == 0 {
-		return true
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+	default:
+		return false
 	}
-	return req.GetBody != nil
+	return req.Body == nil || req.Body == http.NoBody || req.ContentLength == 0
 }
 
 func (p *pool) roundTrip(c *poolConn, key string, req *http.Request) (*http.Response, error) {
@@ -136,12 +184,17 @@ func (p *pool) roundTrip(c *poolConn, key string, req *http.Request) (*http.Resp
 		c.SetDeadline(time.Time{})
 		c.deadline = false
 	}
+	// A client that goes away cancels the request: unblock every read and
+	// write on the upstream connection at once.
+	stop := context.AfterFunc(req.Context(), func() { c.SetDeadline(time.Unix(1, 0)) })
 	// Request.Write sends origin-form (path only) with the Host header,
 	// and chunks a body of unknown length.
 	if err := req.Write(c.bw); err != nil {
+		stop()
 		return nil, err
 	}
 	if err := c.bw.Flush(); err != nil {
+		stop()
 		return nil, err
 	}
 	resp, err := http.ReadResponse(c.br, req)
@@ -153,14 +206,16 @@ func (p *pool) roundTrip(c *poolConn, key string, req *http.Request) (*http.Resp
 		resp, err = http.ReadResponse(c.br, req)
 	}
 	if err != nil {
+		stop()
 		return nil, err
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		resp.Body.Close()
+		stop()
+		c.Close()
 		return nil, errors.New("gateway: unexpected protocol switch")
 	}
 	reuse := !resp.Close && !req.Close
-	resp.Body = &poolBody{ReadCloser: resp.Body, p: p, c: c, key: key, reuse: reuse}
+	resp.Body = &poolBody{ReadCloser: resp.Body, p: p, c: c, key: key, reuse: reuse, stop: stop}
 	return resp, nil
 }
 
@@ -174,6 +229,7 @@ type poolBody struct {
 	reuse bool
 	eof   bool
 	done  bool
+	stop  func() bool // ends the context watch
 }
 
 func (b *poolBody) Read(p []byte) (int, error) {
@@ -189,8 +245,19 @@ func (b *poolBody) Close() error {
 		return nil
 	}
 	b.done = true
+	// If the cancel watch already fired, the connection carries a past
+	// deadline: it cannot be reused.
+	watchStopped := b.stop()
+	if !b.eof || !b.reuse || !watchStopped {
+		// Closing net/http's body would drain the rest of the response:
+		// close the connection first (a client that left must not keep
+		// an endless download running).
+		b.c.Close()
+		b.ReadCloser.Close()
+		return nil
+	}
 	err := b.ReadCloser.Close()
-	if b.eof && b.reuse && b.c.br.Buffered() == 0 {
+	if b.c.br.Buffered() == 0 {
 		b.p.put(b.key, b.c)
 	} else {
 		b.c.Close()

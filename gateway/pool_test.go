@@ -77,3 +77,36 @@ func TestPoolRetriesStaleConnection(t *testing.T) {
 		t.Errorf("upstream accepted %d connections, want a fresh one per request", n)
 	}
 }
+
+// TestPoolClientLeavesMidStream: a client that stops reading an endless
+// response ends the upstream connection; the gateway does not drain it.
+func TestPoolClientLeavesMidStream(t *testing.T) {
+	ended := make(chan struct{})
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(ended)
+		buf := make([]byte, 32<<10)
+		for i := 0; i < 1<<16; i++ { // bounded: 2 GiB at most
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+		}
+	})}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	defer srv.Close()
+	e := newEnv(t, policy.Spec{Allow: []string{"127.0.0.1"}}, nil)
+	resp, err := e.client(testToken).Get("http://" + l.Addr().String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadFull(resp.Body, make([]byte, 1024))
+	resp.Body.Close()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("upstream still streaming 10 s after the client left")
+	}
+}

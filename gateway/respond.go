@@ -210,3 +210,6 @@ func quarantineReply() reply {
 	return reply{status: http.StatusForbidden, header: h,
 		body: "Connection blocked: this session is quarantined after a blocked credential leak\n"}
 }
+
+// reasonNotTLS: non-TLS bytes to a host whose traffic must be inspected.
+const reasonNotTLS = "not-tls"

@@ -602,6 +602,18 @@ type readCloser struct {
 	io.Closer
 }
 
+// OpaqueAllowed reports whether non-TLS bytes to d's destination may be
+// tunnelled untouched. A host that rules, git rules or a bound credential
+// govern may not: an opaque tunnel would carry a plaintext request (or a
+// git push over ssh) around every per-request check. Only hosts inspected
+// because of tlsTerminate alone fall back to a tunnel.
+func (i *Interceptor) OpaqueAllowed(d policy.Decision) bool {
+	if i.o.Rules.Governs(d.Host, d.Port) {
+		return false
+	}
+	return !i.o.Credentials.BindsHost(d.Host.String())
+}
+
 // Filter applies the rules to a plain-HTTP request for an inspected host,
 // for the gateway's own forwarding path. If the request must not be
 // forwarded, it returns a handler that writes the refusal (the 403, or a

@@ -321,6 +321,25 @@ func anyMatch(glob string, vs []string, present bool) bool {
 	return false
 }
 
+// Governs reports whether any network.rules or network.git entry names h on
+// port: such a host must never be reached around the per-request rules.
+func (rs *RuleSet) Governs(h canon.Host, port uint16) bool {
+	if rs == nil {
+		return false
+	}
+	for i := range rs.git {
+		if rs.git[i].host.Match(h, port) {
+			return true
+		}
+	}
+	for i := range rs.rules {
+		if rs.rules[i].host.Match(h, port) {
+			return true
+		}
+	}
+	return false
+}
+
 // Check decides one request to an inspected host. It is pure and total.
 //
 // Git smart-HTTP requests to a host with a network.git entry are decided by

@@ -311,6 +311,19 @@ func stageFail(status *os.File, format string, args ...any) int {
 // starts the relay and the command, reaps zombies, forwards signals and
 // exits with the command's status.
 func initMain() int {
+	// Not dumpable: the command runs as the same uid, and PID 1's other
+	// threads keep capabilities and AF_UNIX. Without this it could open
+	// /proc/1/mem and rewrite PID 1 (kernel ptrace access checks pass for a
+	// same-uid, capability-free thread group leader), or re-open PID 1's
+	// descriptors through /proc/1/fd.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return SetupExitCode
+	}
+	// Descriptors moat itself inherited (a harness's pipes, a directory
+	// fd) must not reach the command: mark every fd past ours close-on-exec.
+	if err := unix.CloseRange(fdStatus+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return SetupExitCode
+	}
 	status := os.NewFile(fdStatus, "status")
 	cfgFile := os.NewFile(fdConfig, "config")
 	var cfg initConfig
@@ -349,7 +362,11 @@ func initMain() int {
 	// confinement cannot leak into the relay either. This thread must stay
 	// alive while the command runs (Pdeathsig follows the forking thread):
 	// it reaps below.
-	path, err := lookPath(cfg.Args[0], envValue(cfg.Env, "PATH"))
+	name := cfg.Args[0]
+	if strings.Contains(name, "/") && !filepath.IsAbs(name) {
+		name = filepath.Join(cfg.Dir, name) // ./script.sh is relative to the command's directory
+	}
+	path, err := lookPath(name, envValue(cfg.Env, "PATH"))
 	if err != nil {
 		status.Close()
 		fmt.Fprintf(os.Stderr, "moat: %s: %v\n", cfg.Args[0], err)
@@ -378,6 +395,13 @@ func initMain() int {
 	cmd.Dir = cfg.Dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if !isTerminal(os.Stdin) {
+		// Its own process group: kill(0) or killpg from inside must not
+		// reach the process group moat was started in. (On a terminal the
+		// command stays in the foreground group for job control; TIOCSTI is
+		// refused by seccomp.)
+		cmd.SysProcAttr.Setpgid = true
+	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
 		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGCONT)
@@ -665,10 +689,9 @@ func dropCapabilities() error {
 			return errors.New("capabilities remain after capset")
 		}
 	}
-	// Without CAP_SETPCAP (a non-root caller) the bounding set cannot be
-	// dropped, but then no capability is held and no_new_privs stops exec
-	// from granting any: the result is the same.
-	if boundErr != nil && boundErr != unix.EPERM {
+	// PID 1 is root of a fresh user namespace and holds CAP_SETPCAP there:
+	// every drop must succeed.
+	if boundErr != nil {
 		return fmt.Errorf("bounding set: %w", boundErr)
 	}
 	return nil

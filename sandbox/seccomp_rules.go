@@ -65,6 +65,18 @@ func (r SeccompRule) String() string {
 	return fmt.Sprintf("%s -> %s  # %s", r.Syscall, e, r.Why)
 }
 
+// ioctl requests that reach outside the sandbox through its terminal.
+const (
+	tiocsti   = 0x5412
+	tioclinux = 0x541c
+)
+
+// low32 matches an int argument: the kernel reads only its low 32 bits, so
+// an exact 64-bit comparison would let 0x100000001 pass as AF_UNIX.
+func low32(syscall string, arg uint, value uint64, why string) SeccompRule {
+	return SeccompRule{Syscall: syscall, Errno: errnoEPERM, Arg: arg, Op: CmpMaskedAll, Mask: 0xffffffff, Value: value, Why: why}
+}
+
 // SeccompRules is the filter of DESIGN §4, loaded just before the command is
 // executed. allowAllUnixSockets lifts only the AF_UNIX socket rules. It is
 // pure.
@@ -77,11 +89,17 @@ func SeccompRules(allowAllUnixSockets bool) []SeccompRule {
 		// The gateway socket and host daemons (docker, ssh-agent, dbus) are
 		// unix sockets: the only way out that skips the network namespace.
 		rs = append(rs,
-			SeccompRule{Syscall: "socket", Errno: errnoEPERM, Arg: 0, Op: CmpEqual, Value: afUNIX, Why: "AF_UNIX reaches host daemons"},
-			SeccompRule{Syscall: "socketpair", Errno: errnoEPERM, Arg: 0, Op: CmpEqual, Value: afUNIX, Why: "AF_UNIX (srt misses socketpair)"},
+			low32("socket", 0, afUNIX, "AF_UNIX reaches host daemons"),
+			low32("socketpair", 0, afUNIX, "AF_UNIX (srt misses socketpair)"),
 		)
 	}
-	rs = append(rs, SeccompRule{Syscall: "socket", Errno: errnoEPERM, Arg: 0, Op: CmpEqual, Value: afVSOCK, Why: "AF_VSOCK reaches the hypervisor"})
+	rs = append(rs, low32("socket", 0, afVSOCK, "AF_VSOCK reaches the hypervisor"))
+	// TIOCSTI pushes bytes into the terminal's input: the host shell would
+	// run them after moat exits. TIOCLINUX can do the same on a console.
+	rs = append(rs,
+		low32("ioctl", 1, tiocsti, "TIOCSTI injects input into the host terminal"),
+		low32("ioctl", 1, tioclinux, "TIOCLINUX can inject console input"),
+	)
 	for _, n := range []string{"io_uring_setup", "io_uring_enter", "io_uring_register"} {
 		deny(n, "io_uring bypasses seccomp")
 	}

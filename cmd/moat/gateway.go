@@ -35,6 +35,8 @@ type stack struct {
 	creds  *credentials.Set // loaded by gatewayOptions
 	// quarantine is shared by the gateway and the interceptor.
 	quarantine *gateway.Quarantine
+	// gw is the running gateway; the interceptor dials through it.
+	gw *gateway.Gateway
 }
 
 // loadStack resolves the settings (DESIGN §2 order) and compiles them. Any
@@ -267,6 +269,7 @@ func gatewayCmd(s stdio) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			st.gw = gw
 			errc := make(chan error, len(listens))
 			for _, a := range listens {
 				l, err := listen(a)

@@ -210,6 +210,7 @@ func runCmd(s stdio) *cobra.Command {
 				closeAudit()
 				return err
 			}
+			st.gw = gw
 			dir, err := privateDir()
 			if err != nil {
 				closeAudit()

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 
@@ -14,6 +18,7 @@ import (
 	"github.com/moat-dev/moat/ca"
 	"github.com/moat-dev/moat/config"
 	"github.com/moat-dev/moat/gateway/audit"
+	"github.com/moat-dev/moat/gateway/policy"
 	"github.com/moat-dev/moat/mitm"
 )
 
@@ -115,7 +120,7 @@ func (st *stack) interceptor(sink audit.Sink, log *slog.Logger) (*mitm.Intercept
 		return nil, nil, err
 	}
 	i, err := mitm.New(mitm.Options{
-		CA: auth, Rules: rules, UpstreamRoots: roots, Dial: st.dialer.DialContext,
+		CA: auth, Rules: rules, UpstreamRoots: roots, Dial: st.dialGateway,
 		Audit: sink, Logger: log, PolicyHash: st.policy.Hash(),
 		Credentials: st.creds, AllowPlaintextInject: st.file.Credentials.AllowPlaintextInject,
 		OnLeak: st.quarantine.Leak, Quarantined: st.quarantine.Active,
@@ -124,6 +129,15 @@ func (st *stack) interceptor(sink audit.Sink, log *slog.Logger) (*mitm.Intercept
 		return nil, nil, err
 	}
 	return i, auth, nil
+}
+
+// dialGateway dials for the interceptor the way the gateway dials (parent
+// proxy, checked dialer). Before the gateway exists it refuses.
+func (st *stack) dialGateway(ctx context.Context, d policy.Decision) (net.Conn, netip.AddrPort, error) {
+	if st.gw == nil {
+		return nil, netip.AddrPort{}, errors.New("moat: gateway not started")
+	}
+	return st.gw.Dial(ctx, d)
 }
 
 // writeTrustBundle writes the moat CA, the system roots and

@@ -117,19 +117,24 @@ func TestSandboxReads(t *testing.T) {
 
 func TestSandboxWrites(t *testing.T) {
 	b := newBox(t, "")
+	// A worktree-style gitfile in a subdirectory.
+	os.MkdirAll(filepath.Join(b.project, "wt"), 0o755)
+	os.WriteFile(filepath.Join(b.project, "wt", ".git"), []byte("gitdir: /nowhere\n"), 0o644)
 	out, _ := b.sh(t, `
+(rm -f wt/.git && mkdir wt/.git && echo x > wt/.git/config) 2>/dev/null && echo "WROTE gitfile" || echo "refused gitfile"
 for f in /tmp/x "$HOME/x" /usr/x "`+filepath.Dir(b.home)+`/outside"; do touch "$f" 2>&1; done
 mkdir -p .git/hooks .vscode 2>&1
 for f in .bashrc .gitconfig .mcp.json .git/hooks/pre-commit .git/config .vscode/x; do
   if echo pwned >> "$f" 2>/dev/null; then echo "WROTE $f"; else echo "refused $f"; fi
 done
+mv .git .git.moved 2>/dev/null && echo "WROTE rename-.git" || echo "refused rename"
 echo hello > ok.txt && echo "project write ok"
 echo "tmpdir:$TMPDIR"; touch "$TMPDIR/t" && echo "tmpdir ok"
 `)
 	if n := strings.Count(out, "Read-only file system"); n < 4 {
 		t.Errorf("want 4 EROFS writes (/tmp, $HOME, /usr, outside), got %d:\n%s", n, out)
 	}
-	if strings.Contains(out, "WROTE") || strings.Count(out, "refused ") != 6 {
+	if strings.Contains(out, "WROTE") || strings.Count(out, "refused ") != 8 {
 		t.Errorf("mandatory-deny writes:\n%s", out)
 	}
 	if !strings.Contains(out, "project write ok") || !strings.Contains(out, "tmpdir ok") {

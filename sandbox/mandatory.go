@@ -58,6 +58,7 @@ func MandatoryDenies(roots []string, depth int, allowGitConfig bool) (existing, 
 				missing = append(missing, first)
 			}
 		}
+		addGitfile(root, addE)
 		walkMandatory(root, 1, depth, names, addE)
 	}
 	sort.Strings(existing)
@@ -80,6 +81,7 @@ func walkMandatory(dir string, lvl, depth int, names []string, add func(string))
 			continue // ReadDir reports symlinks as non-dirs: never followed
 		}
 		sub := filepath.Join(dir, e.Name())
+		addGitfile(sub, add)
 		for _, n := range names {
 			p := filepath.Join(sub, n)
 			if _, err := os.Lstat(p); err == nil {
@@ -87,6 +89,16 @@ func walkMandatory(dir string, lvl, depth int, names []string, add func(string))
 			}
 		}
 		walkMandatory(sub, lvl+1, depth, names, add)
+	}
+}
+
+// addGitfile protects a .git that is a file (a worktree or submodule
+// pointer): replaced by a directory, it would give git a writable config
+// and hooks.
+func addGitfile(dir string, add func(string)) {
+	p := filepath.Join(dir, ".git")
+	if fi, err := os.Lstat(p); err == nil && !fi.IsDir() {
+		add(p)
 	}
 }
 

@@ -235,6 +235,7 @@ func TestPlan(t *testing.T) {
 		"tmpfs B/home/.ssh ro",
 		"bind B/home/.ssh/known_hosts ro",
 		"seal-ro B/home/.ssh ro",
+		"bind B/home/proj/.git rw", // pinned: .git cannot be renamed away
 		"bind B/home/proj/.git/hooks ro",
 	}
 	sort.Strings(wantPrefix[2:4])

@@ -299,10 +299,47 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 			placeholders = append(placeholders, m)
 		}
 	}
-	for _, r := range dedupe(roProtect) {
+	// A protected name whose parent is a file (.git as a gitfile in a
+	// worktree or submodule): protect that file, or replacing it with a
+	// directory would create the name.
+	var keptPlaceholders []string
+	for _, m := range dedupe(placeholders) {
+		if f := fileAncestor(m, mroots); f != "" {
+			roProtect = append(roProtect, f)
+			continue
+		}
+		keptPlaceholders = append(keptPlaceholders, m)
+	}
+	placeholders = keptPlaceholders
+	roProtect = dedupe(roProtect)
+	// Pin every directory between a writable root and a protected path
+	// with a self-bind: a mount point cannot be renamed or removed (EBUSY),
+	// so `mv .git .git.old && mkdir .git` cannot put a fresh, writable
+	// .git/config where the protected one was.
+	var pins []string
+	pinned := map[string]bool{}
+	for _, list := range [][]string{roProtect, placeholders} {
+		for _, x := range list {
+			root := longestRoot(x, writable)
+			if root == "" {
+				continue
+			}
+			for a := filepath.Dir(x); a != root && strings.HasPrefix(a, root+"/"); a = filepath.Dir(a) {
+				if !pinned[a] && isWritable(a) {
+					pinned[a] = true
+					pins = append(pins, a)
+				}
+			}
+		}
+	}
+	sort.Slice(pins, func(i, j int) bool { return len(pins[i]) < len(pins[j]) })
+	for _, a := range pins {
+		add(Mount{Kind: MountBind, Source: a, Target: a, Flags: "rw"})
+	}
+	for _, r := range roProtect {
 		add(Mount{Kind: MountBind, Source: r, Target: r, Flags: "ro"})
 	}
-	for _, m := range dedupe(placeholders) {
+	for _, m := range placeholders {
 		add(Mount{Kind: MountEmpty, Source: empty, Target: m, Flags: "ro", Placeholder: true})
 	}
 
@@ -415,6 +452,42 @@ func homeOf(env []string) string {
 	for i := len(env) - 1; i >= 0; i-- {
 		if v, ok := strings.CutPrefix(env[i], "HOME="); ok && filepath.IsAbs(v) {
 			return filepath.Clean(v)
+		}
+	}
+	return ""
+}
+
+// longestRoot returns the longest of roots that contains p, or "".
+func longestRoot(p string, roots []string) string {
+	best := ""
+	for _, r := range roots {
+		if (p == r || strings.HasPrefix(p, r+"/")) && len(r) > len(best) {
+			best = r
+		}
+	}
+	return best
+}
+
+// fileAncestor returns the first existing non-directory on the way from a
+// root to p (exclusive), or "".
+func fileAncestor(p string, roots []string) string {
+	root := longestRoot(p, roots)
+	if root == "" {
+		return ""
+	}
+	rel, err := filepath.Rel(root, filepath.Dir(p))
+	if err != nil || rel == "." {
+		return ""
+	}
+	cur := root
+	for _, part := range strings.Split(rel, "/") {
+		cur = filepath.Join(cur, part)
+		fi, err := os.Lstat(cur)
+		if err != nil {
+			return ""
+		}
+		if !fi.IsDir() {
+			return cur
 		}
 	}
 	return ""

@@ -360,3 +360,28 @@ func TestSandboxParallelRunsLeaveNothing(t *testing.T) {
 		t.Errorf("sandbox processes left: %s", out)
 	}
 }
+
+// TestSandboxSymlinkedDenies: a denyRead entry that is a symlink hides its
+// target, and a protected name that is a symlink protects the file it
+// points to.
+func TestSandboxSymlinkedDenies(t *testing.T) {
+	b := newBox(t, "")
+	real := filepath.Join(filepath.Dir(b.home), "elsewhere")
+	os.MkdirAll(filepath.Join(real, "dot"), 0o755)
+	os.WriteFile(filepath.Join(real, "key"), []byte("TOPSECRET\n"), 0o600)
+	os.WriteFile(filepath.Join(real, "dot", "bashrc"), []byte("# dotfile\n"), 0o644)
+	link := filepath.Join(b.home, "linkdir")
+	os.Symlink(real, link)
+	os.Symlink(filepath.Join(real, "dot", "bashrc"), filepath.Join(b.project, ".bashrc"))
+	data, _ := os.ReadFile(b.settings)
+	data = bytes.Replace(data, []byte("denyRead: ["), []byte(fmt.Sprintf("denyRead: [%q, ", link)), 1)
+	data = bytes.Replace(data, []byte("allowWrite: ["), []byte(fmt.Sprintf("allowWrite: [%q, ", filepath.Join(real, "dot"))), 1)
+	os.WriteFile(b.settings, data, 0o600)
+	out, _ := b.sh(t, `cat linkdir/key 2>&1; cat "$HOME/linkdir/key" 2>&1; echo pwned >> .bashrc 2>&1 || echo "refused bashrc"`)
+	if strings.Contains(out, "TOPSECRET") {
+		t.Errorf("a symlinked denyRead entry was readable:\n%s", out)
+	}
+	if got, _ := os.ReadFile(filepath.Join(real, "dot", "bashrc")); string(got) != "# dotfile\n" {
+		t.Errorf("the file behind a symlinked .bashrc was written: %q\n%s", got, out)
+	}
+}

@@ -205,7 +205,7 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	dir = filepath.Clean(dir)
+	dir = resolveLinks(filepath.Clean(dir))
 	tmpDir := filepath.Join(runDir, "tmp")
 	empty := filepath.Join(runDir, "empty")
 	p := &PlanInfo{Args: append([]string(nil), s.Args...), Dir: dir, TmpDir: tmpDir}
@@ -276,7 +276,7 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	roots := []string{dir}
 	roots = append(roots, writable...)
 	if h := homeOf(s.Env); h != "" {
-		roots = append(roots, h)
+		roots = append(roots, resolveLinks(h))
 	}
 	var mroots []string
 	for _, r := range dedupe(roots) {
@@ -290,6 +290,7 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	}
 	ex, miss := MandatoryDenies(mroots, depth, s.AllowGitConfig)
 	for _, e := range ex {
+		e = resolveLinks(e)
 		if isWritable(e) {
 			roProtect = append(roProtect, e)
 		}
@@ -351,6 +352,7 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	sort.Strings(targets)
 	for _, t := range targets {
 		src := s.Overlays[t]
+		t = resolveLinks(t)
 		if !filepath.IsAbs(t) || !filepath.IsAbs(src) {
 			return nil, fmt.Errorf("sandbox: Overlays %q -> %q: paths must be absolute", t, src)
 		}
@@ -398,13 +400,27 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 func expandGlob(p string) []string {
 	p = filepath.Clean(p)
 	if !strings.ContainsAny(p, "*?[") {
-		return []string{p}
+		return []string{resolveLinks(p)}
 	}
 	m, err := filepath.Glob(p)
 	if err != nil || len(m) == 0 {
 		return nil // nothing matches now: nothing to hide or open
 	}
+	for i := range m {
+		m[i] = resolveLinks(m[i])
+	}
 	return m
+}
+
+// resolveLinks follows symlinks in an existing path: mount(2) follows them
+// too, but against the host's root while the table is built, so a mount
+// on "linkdir" would land on the host's target and vanish at pivot_root,
+// leaving what it should hide readable. A missing path stays as given.
+func resolveLinks(p string) string {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return p
 }
 
 // under reports whether p is one of roots or below one of them.

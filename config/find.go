@@ -57,12 +57,18 @@ func find(explicit string, getenv func(string) string, cwd, home string) (path, 
 			filepath.Join(home, ".srt-settings.json"))
 	}
 	for _, c := range candidates {
-		_, err := os.Stat(c)
+		fi, err := os.Stat(c)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			continue
 		case err != nil:
 			return "", "", fmt.Errorf("look for settings: %w", err)
+		case fi.Mode().IsRegular() && fi.Size() == 0:
+			// An empty file found by the search is not a policy: it is what
+			// a running sandbox leaves as a placeholder so that the name
+			// cannot be created from inside. (An explicit empty file
+			// still loads: it means "everything closed".)
+			continue
 		}
 		return c, c, nil
 	}

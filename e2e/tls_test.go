@@ -86,12 +86,20 @@ curl -sS -o /dev/null -w "get:%{http_code}\n" https://api.e2e.test/echo/repos/o/
 curl -sS -D - -o /dev/null -X POST -d x https://api.e2e.test/echo/repos/o/r | tr -d '\r' | grep -i -E '^(HTTP|X-Proxy-Error)'
 python3 -c 'import urllib.request; print("py:", urllib.request.urlopen("https://api.e2e.test/bytes/5").status)'
 curl -sS -o /dev/null -w "raw:%{http_code}\n" https://raw.e2e.test/bytes/5 || echo "raw failed"
+head -c 40 ~/.config/moat/ca/key.pem 2>&1 | head -1
+echo "gwdirs:$(ls /tmp/moat-gw-0 2>/dev/null | wc -l)"
 curl -sS -D - -o /dev/null https://lo.e2e.test/ 2>&1 | tr -d '\r' | grep -i -E '^X-Proxy-Error' || echo "lo: no x-proxy-error"
 `)
 	for _, want := range []string{"get:200", "HTTP/2 403", "x-proxy-error: blocked-by-sandbox-runtime", "py: 200", "x-proxy-error: blocked-by-resolved-address"} {
 		if !strings.Contains(strings.ToLower(out), strings.ToLower(want)) {
 			t.Errorf("missing %q (exit %d):\n%s", want, code, out)
 		}
+	}
+	if strings.Contains(out, "PRIVATE KEY") {
+		t.Errorf("the CA's private key is readable inside the sandbox")
+	}
+	if !strings.Contains(out, "gwdirs:0") {
+		t.Errorf("gateway session directories are visible inside:\n%s", out)
 	}
 	// Each inspected request has its own audit line.
 	data, err := os.ReadFile(b.audit)

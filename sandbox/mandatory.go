@@ -13,7 +13,10 @@ import (
 // (DESIGN §4).
 var (
 	mandatoryFiles = []string{".gitconfig", ".gitmodules", ".bashrc", ".bash_profile", ".zshrc",
-		".zprofile", ".profile", ".ripgreprc", ".mcp.json"}
+		".zprofile", ".profile", ".ripgreprc", ".mcp.json",
+		// moat's own project settings: a command must not widen the policy
+		// of the next run started in this directory or one below it.
+		".moat.yaml"}
 	mandatoryDirs = []string{".vscode", ".idea", ".claude/commands", ".claude/agents", ".git/hooks"}
 )
 

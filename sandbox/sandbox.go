@@ -226,6 +226,24 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 		}
 	}
 
+	// Masked-file overlays, by resolved target.
+	overlays := make(map[string]string, len(s.Overlays))
+	var overlayTargets []string
+	for t, src := range s.Overlays {
+		if !filepath.IsAbs(t) || !filepath.IsAbs(src) {
+			return nil, fmt.Errorf("sandbox: Overlays %q -> %q: paths must be absolute", t, src)
+		}
+		rt := resolveLinks(t)
+		if !exists(rt) {
+			p.Warnings = append(p.Warnings, fmt.Sprintf("overlay target %s does not exist: skipped", t))
+			continue
+		}
+		overlays[rt] = src
+		overlayTargets = append(overlayTargets, rt)
+	}
+	sort.Strings(overlayTargets)
+	overlayDone := map[string]bool{}
+
 	// 5. Hide denied directories; re-open allowed paths inside them.
 	var hidden []string // denied dirs and files
 	for _, d := range sortedExisting(denyRead) {
@@ -242,6 +260,15 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 			continue
 		}
 		add(Mount{Kind: MountTmpfs, Target: d, Flags: "ro"})
+		// Masked files inside a hidden directory (gh's hosts.yml under a
+		// denied ~/.config/gh): their mount point must be made before the
+		// tmpfs is sealed.
+		for _, t := range overlayTargets {
+			if strings.HasPrefix(t, d+"/") && !overlayDone[t] {
+				overlayDone[t] = true
+				add(Mount{Kind: MountBind, Source: overlays[t], Target: t, Flags: "ro"})
+			}
+		}
 		for _, a := range sortedExisting(append(append([]string{}, allowRead...), allowWrite...)) {
 			if a == d || !strings.HasPrefix(a, d+"/") {
 				continue
@@ -345,22 +372,10 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	}
 
 	// Masked files: the replacement shadows the real file.
-	targets := make([]string, 0, len(s.Overlays))
-	for t := range s.Overlays {
-		targets = append(targets, t)
-	}
-	sort.Strings(targets)
-	for _, t := range targets {
-		src := s.Overlays[t]
-		t = resolveLinks(t)
-		if !filepath.IsAbs(t) || !filepath.IsAbs(src) {
-			return nil, fmt.Errorf("sandbox: Overlays %q -> %q: paths must be absolute", t, src)
+	for _, t := range overlayTargets {
+		if !overlayDone[t] {
+			add(Mount{Kind: MountBind, Source: overlays[t], Target: t, Flags: "ro"})
 		}
-		if !exists(t) {
-			p.Warnings = append(p.Warnings, fmt.Sprintf("overlay target %s does not exist: skipped", t))
-			continue
-		}
-		add(Mount{Kind: MountBind, Source: src, Target: t, Flags: "ro"})
 	}
 
 	// 7. /run: only the gateway socket (and what the caller lets in).

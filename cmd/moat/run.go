@@ -12,10 +12,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/moat-dev/moat/ca"
 	"github.com/moat-dev/moat/config"
 	"github.com/moat-dev/moat/gateway"
 	"github.com/moat-dev/moat/gateway/audit"
@@ -95,10 +97,12 @@ func sandboxSpec(f *config.File, fl *runFlags, argv []string, s stdio) (sandbox.
 	}
 	fs := &f.Filesystem
 	spec := sandbox.Spec{
-		Args:                argv,
-		Dir:                 dir,
-		Env:                 os.Environ(),
-		DenyRead:            expandAll(fs.DenyRead, home, dir),
+		Args: argv,
+		Dir:  dir,
+		Env:  os.Environ(),
+		// The credential stores of the built-in default are always denied,
+		// whatever the settings say (allowRead re-opens one on purpose).
+		DenyRead:            expandAll(append(append([]string(nil), fs.DenyRead...), config.DefaultDenyRead...), home, dir),
 		AllowRead:           expandAll(fs.AllowRead, home, dir),
 		AllowWrite:          expandAll(append(append([]string(nil), fs.AllowWrite...), fl.allowWrite...), home, dir),
 		DenyWrite:           expandAll(fs.DenyWrite, home, dir),
@@ -114,10 +118,22 @@ func sandboxSpec(f *config.File, fl *runFlags, argv []string, s stdio) (sandbox.
 	// The settings moat itself reads are never writable from inside: an
 	// agent must not widen the policy of the next run.
 	spec.DenyWrite = append(spec.DenyWrite,
-		filepath.Join(dir, ".moat.yaml"),
 		filepath.Join(home, ".config", "moat"),
 		filepath.Join(home, ".srt-settings.json"),
 	)
+	// The CA's key never enters the sandbox, wherever it lives.
+	if caDir, err := ca.DefaultDir(); err == nil {
+		spec.DenyRead = append(spec.DenyRead, filepath.Join(caDir, ca.KeyFile))
+		spec.DenyWrite = append(spec.DenyWrite, caDir)
+	}
+	if t := f.Network.TLSTerminate; t != nil && t.CAKeyPath != "" {
+		spec.DenyRead = append(spec.DenyRead, expandPath(t.CAKeyPath, home, dir))
+	}
+	// Every session's private gateway directory, ours included: our socket
+	// is bound into /run/moat from its host path.
+	if base, err := gatewayBase(); err == nil {
+		spec.DenyRead = append(spec.DenyRead, base)
+	}
 	if p := os.Getenv(config.EnvSettings); p != "" {
 		spec.DenyWrite = append(spec.DenyWrite, expandPath(p, home, dir))
 	}
@@ -164,11 +180,34 @@ func (v *violations) print(w io.Writer) {
 // privateDir makes a 0700 directory for the per-session gateway socket: the
 // socket is the credential, so only this run's sandbox relay may reach it.
 func privateDir() (string, error) {
+	base, err := gatewayBase()
+	if err != nil {
+		return "", err
+	}
+	return os.MkdirTemp(base, "session-")
+}
+
+// gatewayBase is the 0700 directory that holds every session's private
+// gateway directory: one stable path the sandbox hides, whatever sessions
+// come and go meanwhile.
+func gatewayBase() (string, error) {
 	base := os.Getenv("XDG_RUNTIME_DIR")
 	if base == "" {
 		base = os.TempDir()
 	}
-	return os.MkdirTemp(base, "moat-gw-")
+	dir := filepath.Join(base, fmt.Sprintf("moat-gw-%d", os.Getuid()))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return "", err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || fi.Mode().Perm() != 0o700 || (ok && int(st.Uid) != os.Getuid()) {
+		return "", fmt.Errorf("%s must be a directory of yours with mode 0700 (remove it to let moat recreate it)", dir)
+	}
+	return dir, nil
 }
 
 func runCmd(s stdio) *cobra.Command {

@@ -176,13 +176,15 @@ func (g *Gateway) Serve(l net.Listener) error {
 				return ErrClosed
 			default:
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("accept: %w", err)
 			}
-			return fmt.Errorf("accept: %w", err)
+			// EMFILE and friends pass: back off and keep serving every
+			// other client rather than exiting.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			g.log.Warn("accept failed; retrying", "err", err, "in", delay)
+			time.Sleep(delay)
+			continue
 		}
 		delay = 0
 		go g.demux(c)

@@ -118,7 +118,7 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Header.Del("Proxy-Authorization")
-	if g.opt.Quarantine.Active() {
+	if g.opt.Quarantine.Active(id.client) {
 		quarantineReply().write(w)
 		g.audit.Write(audit.Event{Session: id.session, Client: id.client, Proto: "http", Host: sanitize(r.Host),
 			Verdict: "deny", Reason: reasonQuarantined, Policy: g.opt.Policy.Hash()})
@@ -206,7 +206,7 @@ func (g *Gateway) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 	if le := g.opt.Credentials.CheckHost(st.host); le != nil {
 		st.host = "(redacted)" // the host carries the sentinel
 		st.denied, st.reason, st.credential = true, reasonCredentialLeak, le.Credential
-		g.opt.Quarantine.Leak(le.Credential)
+		g.opt.Quarantine.Leak(st.id.client, le.Credential)
 		return r, leakReply(le.Credential, "").response(r)
 	}
 	st.dec = g.opt.Policy.Decide(policy.Request{Proto: policy.ProtoHTTP, Host: st.host, Port: port, Client: st.id.client})
@@ -240,7 +240,7 @@ func (g *Gateway) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 		if _, err := g.opt.Credentials.Apply(r, st.dec.Host.String(), true, false); err != nil {
 			st.denied, st.reason = true, reasonCredentialLeak
 			st.credential = leakName(err)
-			g.opt.Quarantine.Leak(st.credential)
+			g.opt.Quarantine.Leak(st.id.client, st.credential)
 			return r, leakReply(st.credential, st.dec.Host.String()).response(r)
 		}
 	}
@@ -249,7 +249,7 @@ func (g *Gateway) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 			st.denied, st.reason = true, reasonNoInterceptor
 			return r, noInterceptorReply().response(r)
 		}
-		rd, refuse := g.opt.Interceptor.Filter(r, st.dec)
+		rd, refuse := g.opt.Interceptor.Filter(r, st.dec, st.id.client)
 		st.rule = rd.RuleID
 		st.credential = strings.Join(rd.Injected, ",")
 		if refuse != nil {
@@ -362,7 +362,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, id identi
 		// A sentinel as a host label (TOKEN.evil.test) exfiltrates
 		// through DNS or SNI: never decide, resolve or dial it.
 		leakReply(le.Credential, "").write(w)
-		g.opt.Quarantine.Leak(le.Credential)
+		g.opt.Quarantine.Leak(id.client, le.Credential)
 		g.audit.Write(audit.Event{Session: id.session, Client: id.client, Proto: "connect", Host: "(redacted)",
 			Port: port, Verdict: "deny", Reason: reasonCredentialLeak, Credential: le.Credential, Policy: g.opt.Policy.Hash()})
 		return

@@ -1,25 +1,39 @@
 package gateway
 
-import "sync/atomic"
+import "sync"
 
-// Quarantine ends a session's egress after a blocked credential leak, when
+// Quarantine ends a client's egress after a blocked credential leak, when
 // credentials.quarantineOnLeak is set: an agent caught exfiltrating once
-// gets no second try through another channel. The zero value and a nil
-// *Quarantine never quarantine.
+// gets no second try through another channel. It is kept per client (the
+// whole moat run, or one daemon token), so one tenant's leak does not stop
+// the others. A nil *Quarantine never quarantines.
 type Quarantine struct {
 	enabled bool
-	hit     atomic.Bool
+	mu      sync.Mutex
+	hit     map[string]bool
 }
 
 // NewQuarantine returns a Quarantine that acts only when enabled.
-func NewQuarantine(enabled bool) *Quarantine { return &Quarantine{enabled: enabled} }
-
-// Leak records a blocked leak.
-func (q *Quarantine) Leak(credential string) {
-	if q != nil && q.enabled {
-		q.hit.Store(true)
-	}
+func NewQuarantine(enabled bool) *Quarantine {
+	return &Quarantine{enabled: enabled, hit: make(map[string]bool)}
 }
 
-// Active reports whether the session is quarantined.
-func (q *Quarantine) Active() bool { return q != nil && q.hit.Load() }
+// Leak records a blocked leak by client.
+func (q *Quarantine) Leak(client, credential string) {
+	if q == nil || !q.enabled {
+		return
+	}
+	q.mu.Lock()
+	q.hit[client] = true
+	q.mu.Unlock()
+}
+
+// Active reports whether client is quarantined.
+func (q *Quarantine) Active(client string) bool {
+	if q == nil || !q.enabled {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.hit[client]
+}

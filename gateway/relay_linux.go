@@ -36,8 +36,11 @@ func relay(dst, src net.Conn) (int64, error) {
 		var perr error
 		err := rc.Read(func(fd uintptr) bool {
 			n, _, err := unix.Recvfrom(int(fd), peek[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			for i := 0; err == unix.EINTR && i < 8; i++ {
+				n, _, err = unix.Recvfrom(int(fd), peek[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			}
 			switch {
-			case err == unix.EAGAIN || err == unix.EINTR:
+			case err == unix.EAGAIN:
 				return false // wait for readability, holding nothing
 			case err != nil:
 				perr = err

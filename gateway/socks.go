@@ -102,13 +102,13 @@ func (s socksRule) Allow(ctx context.Context, r *socks5.Request) (context.Contex
 	if r.RawDestAddr.Port > 0 && r.RawDestAddr.Port <= 65535 {
 		port = uint16(r.RawDestAddr.Port)
 	}
-	if g.opt.Quarantine.Active() {
+	if g.opt.Quarantine.Active(id.client) {
 		g.audit.Write(audit.Event{Session: id.session, Client: id.client, Proto: "socks5", Host: sanitize(host),
 			Port: port, Verdict: "deny", Reason: reasonQuarantined, Policy: g.opt.Policy.Hash()})
 		return ctx, false
 	}
 	if le := g.opt.Credentials.CheckHost(host); le != nil {
-		g.opt.Quarantine.Leak(le.Credential)
+		g.opt.Quarantine.Leak(id.client, le.Credential)
 		g.audit.Write(audit.Event{Session: id.session, Client: id.client, Proto: "socks5", Host: "(redacted)",
 			Port: port, Verdict: "deny", Reason: reasonCredentialLeak, Credential: le.Credential, Policy: g.opt.Policy.Hash()})
 		return ctx, false

@@ -69,8 +69,8 @@ type Options struct {
 	// OnLeak is told the credential of every blocked leak; Quarantined,
 	// when it returns true, refuses every request (the gateway's
 	// quarantine). Both may be nil.
-	OnLeak      func(credential string)
-	Quarantined func() bool
+	OnLeak      func(client, credential string)
+	Quarantined func(client string) bool
 }
 
 // Meta attributes a connection in audit events.
@@ -431,7 +431,7 @@ func (h *connHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.i.audit.Write(ev)
 	}()
 
-	dec, rep := h.i.decide(r, h.d, true)
+	dec, rep := h.i.decide(r, h.d, h.m.Client, true)
 	ev.Rule, ev.Reason = orNone(dec.RuleID), dec.Code
 	ev.Credential = strings.Join(dec.Injected, ",")
 	if rep != nil {
@@ -463,13 +463,13 @@ func (h *connHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // replays it. checkHost also requires the Host header to name the
 // decision's host: on a shared CDN address a different Host is domain
 // fronting, a request for a host the policy never judged.
-func (i *Interceptor) decide(r *http.Request, d policy.Decision, checkHost bool) (dec RuleDecision, rep *reply) {
+func (i *Interceptor) decide(r *http.Request, d policy.Decision, client string, checkHost bool) (dec RuleDecision, rep *reply) {
 	defer func() {
 		if rep == nil && dec.Allowed {
-			dec, rep = i.applyCredentials(r, d, !checkHost, dec)
+			dec, rep = i.applyCredentials(r, d, client, !checkHost, dec)
 		}
 	}()
-	if i.o.Quarantined != nil && i.o.Quarantined() {
+	if i.o.Quarantined != nil && i.o.Quarantined(client) {
 		dec := RuleDecision{RuleID: "credentials.quarantineOnLeak", Code: CodeQuarantined,
 			Reason: "this session is quarantined after a blocked credential leak"}
 		rep := leakReply(dec)
@@ -533,7 +533,7 @@ func (i *Interceptor) decide(r *http.Request, d policy.Decision, checkHost bool)
 // bound to, after hop-by-hop headers are stripped (a client must not be
 // able to drop an injected header through Connection), and refuses a
 // sentinel headed for any other host.
-func (i *Interceptor) applyCredentials(r *http.Request, d policy.Decision, plaintext bool, dec RuleDecision) (RuleDecision, *reply) {
+func (i *Interceptor) applyCredentials(r *http.Request, d policy.Decision, client string, plaintext bool, dec RuleDecision) (RuleDecision, *reply) {
 	if i.o.Credentials == nil {
 		return dec, nil
 	}
@@ -549,7 +549,7 @@ func (i *Interceptor) applyCredentials(r *http.Request, d policy.Decision, plain
 	switch {
 	case errors.As(err, &le):
 		if i.o.OnLeak != nil {
-			i.o.OnLeak(le.Credential)
+			i.o.OnLeak(client, le.Credential)
 		}
 		dec.Code, dec.Injected = CodeCredentialLeak, []string{le.Credential}
 		dec.Reason = "credential " + le.Credential + " may not be sent to " + d.Host.String() + " (" + le.Where + ")"
@@ -620,8 +620,8 @@ func (i *Interceptor) OpaqueAllowed(d policy.Decision) bool {
 // git report-status); otherwise the handler is nil and r may be forwarded
 // as is — for a git push its Body has been replaced by a reader that
 // replays the inspected command list.
-func (i *Interceptor) Filter(r *http.Request, d policy.Decision) (RuleDecision, http.Handler) {
-	dec, rep := i.decide(r, d, false)
+func (i *Interceptor) Filter(r *http.Request, d policy.Decision, client string) (RuleDecision, http.Handler) {
+	dec, rep := i.decide(r, d, client, false)
 	if rep == nil {
 		return dec, nil
 	}

@@ -486,7 +486,7 @@ func TestFilterPlainHTTP(t *testing.T) {
 	}
 	d := decision(t, "example.com")
 	r := httptest.NewRequest("POST", "http://example.com/repos/a", nil)
-	dec, reply := i.Filter(r, d)
+	dec, reply := i.Filter(r, d, "c1")
 	if dec.Allowed || reply == nil {
 		t.Fatalf("Filter(POST) = %+v, %v; want a refusal", dec, reply)
 	}
@@ -496,7 +496,7 @@ func TestFilterPlainHTTP(t *testing.T) {
 		t.Errorf("refusal = %d %v %q", w.Code, w.Header(), w.Body.String())
 	}
 	r = httptest.NewRequest("GET", "http://example.com/repos/a", nil)
-	if dec, reply := i.Filter(r, d); !dec.Allowed || reply != nil {
+	if dec, reply := i.Filter(r, d, "c1"); !dec.Allowed || reply != nil {
 		t.Errorf("Filter(GET) = %+v, %v; want allowed", dec, reply)
 	}
 }

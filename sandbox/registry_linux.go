@@ -6,10 +6,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -42,6 +44,18 @@ func openRegistry() *registry {
 func (r *registry) lock() (func(), error) {
 	if err := os.MkdirAll(r.dir, 0o700); err != nil {
 		return nil, err
+	}
+	// The records say what to delete: in a shared /tmp another user could
+	// pre-create the directory and plant them. Trust only our own 0700 dir.
+	for d := r.dir; d != filepath.Dir(d) && strings.Contains(d, "moat"); d = filepath.Dir(d) {
+		fi, err := os.Lstat(d)
+		if err != nil {
+			return nil, err
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !fi.IsDir() || (ok && int(st.Uid) != os.Getuid()) || fi.Mode().Perm()&0o022 != 0 {
+			return nil, fmt.Errorf("registry %s is not a private directory of yours (remove it to let moat recreate it)", d)
+		}
 	}
 	f, err := os.OpenFile(filepath.Join(r.dir, ".lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -92,7 +106,7 @@ func (r *registry) others(own string) []*record {
 	}
 	for _, s := range stale {
 		removePlaceholders(s.Placeholders, live)
-		if s.RunDir != "" && strings.HasPrefix(filepath.Base(s.RunDir), "moat-run-") {
+		if s.RunDir != "" && strings.HasPrefix(filepath.Base(s.RunDir), "moat-run-") && filepath.Dir(s.RunDir) == filepath.Clean(os.TempDir()) {
 			_ = os.RemoveAll(s.RunDir)
 		}
 		_ = os.Remove(s.file)

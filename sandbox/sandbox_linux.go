@@ -150,6 +150,12 @@ func Run(ctx context.Context, s Spec) (exitCode int, err error) {
 	if s.WeakerNested {
 		fmt.Fprintln(stderr, "moat: WARNING: enableWeakerNestedSandbox is set: the host's /proc and /sys are visible inside; use it only inside a container that is itself the security boundary")
 	}
+	// Catch signals before anything exists to clean up: a SIGTERM during
+	// set-up must still run the deferred removal of placeholders.
+	sigs := make(chan os.Signal, 8)
+	tty := isTerminal(s.Stdin)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(sigs)
 	cmd := exec.Command("/proc/self/exe", verbInit)
 	cmd.Args[0] = "moat-sandbox"
 	cmd.Env = []string{}
@@ -222,10 +228,6 @@ func Run(ctx context.Context, s Spec) (exitCode int, err error) {
 		abort()
 		return SetupExitCode, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
-	sigs := make(chan os.Signal, 8)
-	tty := isTerminal(s.Stdin)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
-	defer signal.Stop(sigs)
 	done := make(chan struct{})
 	defer close(done)
 	go func() {

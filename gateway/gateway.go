@@ -205,6 +205,14 @@ func isLocalListener(l net.Listener) bool {
 // demux reads the first byte: 0x05 is SOCKS5 (RFC 1928 §3), 0x04 is SOCKS4
 // (refused), anything else is HTTP.
 func (g *Gateway) demux(c net.Conn) {
+	if uc, ok := c.(*net.UnixConn); ok {
+		pc, err := acceptPassed(uc, g.opt.HeaderTimeout)
+		if err != nil {
+			uc.Close()
+			return
+		}
+		c = pc
+	}
 	_ = c.SetReadDeadline(time.Now().Add(g.opt.HeaderTimeout))
 	br := bufio.NewReaderSize(c, 512)
 	b, err := br.Peek(1)

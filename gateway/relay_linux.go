@@ -4,8 +4,10 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -113,4 +115,71 @@ func connAlive(c net.Conn) bool {
 		return true
 	})
 	return alive
+}
+
+// passMarker is the byte a sandbox relay sends with a passed connection's
+// descriptor (sandbox.PassMarker; gateway does not import sandbox).
+const passMarker = 0xfd
+
+// acceptPassed reads the first message of a unix-socket client. A relay
+// that passes its accepted TCP connection by descriptor (SCM_RIGHTS) sends
+// one marker byte with it: the gateway then serves that connection
+// directly, one copy less per byte. Any other client's first byte is kept.
+func acceptPassed(uc *net.UnixConn, timeout time.Duration) (net.Conn, error) {
+	_ = uc.SetReadDeadline(time.Now().Add(timeout))
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, flags, _, err := uc.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, err
+	}
+	if oobn == 0 {
+		if n == 0 {
+			return nil, io.EOF
+		}
+		_ = uc.SetReadDeadline(time.Time{})
+		return &prefixConn{Conn: uc, prefix: buf[:n]}, nil
+	}
+	var fds []int
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for i := range msgs {
+			if f, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+				fds = append(fds, f...)
+			}
+		}
+	}
+	if flags&unix.MSG_CTRUNC != 0 || len(fds) != 1 || n != 1 || buf[0] != passMarker {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, errors.New("gateway: malformed passed connection")
+	}
+	// Only a stream socket is served: never a file or anything else.
+	if st, err := unix.GetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_TYPE); err != nil || st != unix.SOCK_STREAM {
+		unix.Close(fds[0])
+		return nil, errors.New("gateway: passed descriptor is not a stream socket")
+	}
+	f := os.NewFile(uintptr(fds[0]), "passed")
+	c, err := net.FileConn(f) // dups; f is ours to close
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	uc.Close()
+	return c, nil
+}
+
+// prefixConn replays the bytes read while looking for a passed descriptor.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(p, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
 }

@@ -46,6 +46,8 @@ type initConfig struct {
 	AllowAllUnix bool
 	Weaker       bool
 	UID, GID     int
+	// Pass hands connections to the gateway by descriptor.
+	Pass bool
 	// Seccomp is the compiled filter (sock_filter array) PID 1 loads on
 	// the thread that forks the command.
 	Seccomp []byte
@@ -216,7 +218,7 @@ func Run(ctx context.Context, s Spec) (exitCode int, err error) {
 
 	cfg := initConfig{
 		NewRoot: filepath.Join(runDir, "root"), Mounts: plan.Mounts, Args: plan.Args, Dir: plan.Dir,
-		Env: plan.env, AllowAllUnix: s.AllowAllUnixSockets, Weaker: s.WeakerNested,
+		Env: plan.env, AllowAllUnix: s.AllowAllUnixSockets, Weaker: s.WeakerNested, Pass: s.PassConnections,
 		UID: os.Getuid(), GID: os.Getgid(),
 	}
 	if cfg.Seccomp, err = compileSeccomp(SeccompRules(s.AllowAllUnixSockets)); err != nil {
@@ -342,7 +344,7 @@ func initMain() int {
 			netReady <- fmt.Errorf("bring lo up: %w", err)
 			return
 		}
-		if err := startRelays(innerGatewaySocket); err != nil {
+		if err := startRelays(innerGatewaySocket, cfg.Pass); err != nil {
 			netReady <- fmt.Errorf("relay: %w", err)
 			return
 		}
@@ -617,25 +619,51 @@ func loopbackUp() error {
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }
 
+// PassMarker is the one byte that carries a passed connection's
+// descriptor (SCM_RIGHTS) on the gateway socket.
+const PassMarker = 0xfd
+
+// passConn hands c's descriptor to the gateway and closes our copies. It
+// reports false (and c stays usable) if the descriptor could not be sent.
+func passConn(c, g net.Conn) bool {
+	tc, ok1 := c.(*net.TCPConn)
+	uc, ok2 := g.(*net.UnixConn)
+	if !ok1 || !ok2 {
+		return false
+	}
+	f, err := tc.File() // a duplicate: the gateway gets its own
+	if err != nil {
+		return false
+	}
+	_, _, err = uc.WriteMsgUnix([]byte{PassMarker}, unix.UnixRights(int(f.Fd())), nil)
+	f.Close()
+	if err != nil {
+		return false
+	}
+	c.Close()
+	g.Close()
+	return true
+}
+
 // startRelays listens on the proxy ports of DESIGN §4 and relays each
 // connection to the gateway socket. IPv4 must work; IPv6 is best effort
 // (a kernel booted with ipv6.disable has no ::1).
-func startRelays(gateway string) error {
+func startRelays(gateway string, pass bool) error {
 	for _, port := range []int{DefaultHTTPPort, DefaultSOCKSPort} {
 		p := strconv.Itoa(port)
 		ln, err := net.Listen("tcp4", "127.0.0.1:"+p)
 		if err != nil {
 			return err
 		}
-		go serveRelay(ln, gateway)
+		go serveRelay(ln, gateway, pass)
 		if ln6, err := net.Listen("tcp6", "[::1]:"+p); err == nil {
-			go serveRelay(ln6, gateway)
+			go serveRelay(ln6, gateway, pass)
 		}
 	}
 	return nil
 }
 
-func serveRelay(ln net.Listener, gateway string) {
+func serveRelay(ln net.Listener, gateway string, pass bool) {
 	var d net.Dialer
 	d.Timeout = 10 * time.Second
 	for {
@@ -655,6 +683,9 @@ func serveRelay(ln net.Listener, gateway string) {
 			g, err := d.Dial("unix", gateway)
 			if err != nil {
 				c.Close()
+				return
+			}
+			if pass && passConn(c, g) {
 				return
 			}
 			Relay(c, g)

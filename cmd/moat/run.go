@@ -281,6 +281,7 @@ func runCmd(s stdio) *cobra.Command {
 			}
 			go gw.Serve(l)
 			spec.GatewaySocket = sock
+			spec.PassConnections = true // our own gateway takes descriptors
 			spec.Logger = log
 			// Signals are forwarded by sandbox.Run itself; cancelling would
 			// SIGKILL the command instead of letting it handle SIGINT.

@@ -132,6 +132,14 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	st := &reqState{id: id}
 	ctx := context.WithValue(r.Context(), stateKey{}, st)
 	cw := &countingWriter{ResponseWriter: w}
+	// Count what the client really sends: Content-Length is absent for a
+	// chunked upload.
+	body := &countingReader{ReadCloser: r.Body}
+	if r.Body != nil && r.Body != http.NoBody {
+		// (NoBody stays NoBody: it tells the outgoing request there is
+		// no body to probe for.)
+		r.Body = body
+	}
 	g.proxy.ServeHTTP(cw, r.WithContext(ctx))
 	if !st.decided {
 		return // not a proxy request
@@ -142,7 +150,7 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		e.Addr = st.addr
 	}
-	g.budgets.charge(id.client, st.budget, max(r.ContentLength, 0), cw.n)
+	g.budgets.charge(id.client, st.budget, body.n, cw.n)
 	e.Credential = st.credential
 	e.Method = r.Method
 	e.Path = redactPath(r.URL.EscapedPath(), r.URL.RawQuery != "")
@@ -150,7 +158,7 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		e.Path = "(redacted)" // it may be where the sentinel was
 	}
 	e.Status = cw.status
-	e.BytesUp = max(r.ContentLength, 0)
+	e.BytesUp = body.n
 	e.BytesDown = cw.n
 	e.DurationMS = msSince(start)
 	g.audit.Write(e)
@@ -265,31 +273,31 @@ func (g *Gateway) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 // inspectConnect answers CONNECT and hands the connection to the
 // interceptor, which terminates TLS and decides every request inside.
 // Without an interceptor an Inspect decision is refused: fail closed.
-func (g *Gateway) inspectConnect(w http.ResponseWriter, id identity, d policy.Decision, e audit.Event, start time.Time) {
+func (g *Gateway) inspectConnect(w http.ResponseWriter, id identity, d policy.Decision, e audit.Event, start time.Time) (up, down int64) {
 	if g.opt.Interceptor == nil {
 		noInterceptorReply().write(w)
 		e.Verdict, e.Reason = "deny", reasonNoInterceptor
 		g.audit.Write(e)
-		return
+		return 0, 0
 	}
 	client, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		return
+		return 0, 0
 	}
 	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		client.Close()
-		return
+		return 0, 0
 	}
 	conn := client
 	if brw.Reader.Buffered() > 0 {
 		conn = &peekedConn{Conn: client, r: brw.Reader}
 	}
-	g.intercept(conn, id, d, e, start, "connect")
+	return g.intercept(conn, id, d, e, start, "connect")
 }
 
 // intercept runs the interceptor on an answered tunnel. Non-TLS bytes fall
 // back to an opaque tunnel under the same decision.
-func (g *Gateway) intercept(conn net.Conn, id identity, d policy.Decision, e audit.Event, start time.Time, proto string) {
+func (g *Gateway) intercept(conn net.Conn, id identity, d policy.Decision, e audit.Event, start time.Time, proto string) (up, down int64) {
 	defer g.track(conn, conn)()
 	opaque := func(c net.Conn) {
 		if !g.opt.Interceptor.OpaqueAllowed(d) {
@@ -314,6 +322,7 @@ func (g *Gateway) intercept(conn net.Conn, id identity, d policy.Decision, e aud
 	g.opt.Interceptor.Serve(context.Background(), conn, d, mitm.Meta{Session: id.session, Client: id.client, Proto: proto}, opaque)
 	e.DurationMS = msSince(start)
 	g.audit.Write(e)
+	return e.BytesUp, e.BytesDown
 }
 
 // onResponse turns a transport error into the gateway's own reply: 403 for
@@ -387,8 +396,10 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, id identi
 		return
 	}
 	if d.Verdict == policy.Inspect {
-		g.inspectConnect(w, id, d, e, start)
-		g.budgets.charge(id.client, matched, 0, 0)
+		up, down := g.inspectConnect(w, id, d, e, start)
+		// Bytes of an opaque fallback; requests inside TLS are not
+		// counted per request.
+		g.budgets.charge(id.client, matched, up, down)
 		return
 	}
 	dctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
@@ -433,6 +444,18 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, id identi
 	g.budgets.charge(id.client, matched, e.BytesUp, e.BytesDown)
 	e.DurationMS = msSince(start)
 	g.audit.Write(e)
+}
+
+// countingReader counts the bytes of a request body.
+type countingReader struct {
+	io.ReadCloser
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // countingWriter records the status and body bytes of a response.

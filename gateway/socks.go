@@ -155,7 +155,8 @@ func (g *Gateway) socksConnect(ctx context.Context, w io.Writer, r *socks5.Reque
 		if br, ok := r.Reader.(*bufio.Reader); ok && br.Buffered() > 0 {
 			conn = &peekedConn{Conn: client, r: br}
 		}
-		g.intercept(conn, st.id, st.dec, e, start, "socks5")
+		up, down := g.intercept(conn, st.id, st.dec, e, start, "socks5")
+		g.budgets.charge(st.id.client, st.budget, up, down)
 		return nil
 	}
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -31,6 +31,9 @@ type pool struct {
 	reaping bool
 }
 
+// freshIdle is how long an idle connection counts as certainly alive.
+const freshIdle = 500 * time.Millisecond
+
 type poolConn struct {
 	net.Conn
 	addr string // the dialled IP:port, for audit lines
@@ -41,7 +44,7 @@ type poolConn struct {
 	deadline bool
 }
 
-func (p *pool) get(key string) *poolConn {
+func (p *pool) get(key string, always bool) *poolConn {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	cs := p.idle[key]
@@ -51,8 +54,11 @@ func (p *pool) get(key string) *poolConn {
 		p.total--
 		// Look before using it: the upstream may have closed it while it
 		// idled, or queued bytes (an unsolicited 408) that would be read
-		// as the next answer.
-		if time.Since(c.used) < p.idleTTL && connAlive(c.Conn) {
+		// as the next answer. A connection used a moment ago is skipped
+		// for requests that can be retried: the peek is a syscall on the
+		// hot path, and servers time idle connections out in seconds.
+		idle := time.Since(c.used)
+		if idle < p.idleTTL && ((!always && idle < freshIdle) || connAlive(c.Conn)) {
 			p.idle[key] = cs
 			return c
 		}
@@ -139,7 +145,7 @@ func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	// retry once on a fresh one, but only when nothing of the request can
 	// have been consumed (no body, or a replayable one).
 	for attempt := 0; ; attempt++ {
-		c := p.get(key)
+		c := p.get(key, !replayable(req))
 		fresh := c == nil
 		if fresh {
 			nc, err := p.dial(req.Context(), key)

@@ -120,7 +120,11 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Header.Del("Proxy-Authorization")
 	if g.opt.Quarantine.Active(id.client) {
 		quarantineReply().write(w)
-		g.audit.Write(audit.Event{Session: id.session, Client: id.client, Proto: "http", Host: sanitize(r.Host),
+		host := sanitize(r.Host)
+		if g.opt.Credentials.CheckHost(host) != nil {
+			host = "(redacted)"
+		}
+		g.audit.Write(audit.Event{Session: id.session, Client: id.client, Proto: "http", Host: host,
 			Verdict: "deny", Reason: reasonQuarantined, Policy: g.opt.Policy.Hash()})
 		return
 	}

@@ -103,7 +103,11 @@ func (s socksRule) Allow(ctx context.Context, r *socks5.Request) (context.Contex
 		port = uint16(r.RawDestAddr.Port)
 	}
 	if g.opt.Quarantine.Active(id.client) {
-		g.audit.Write(audit.Event{Session: id.session, Client: id.client, Proto: "socks5", Host: sanitize(host),
+		qh := sanitize(host)
+		if g.opt.Credentials.CheckHost(qh) != nil {
+			qh = "(redacted)"
+		}
+		g.audit.Write(audit.Event{Session: id.session, Client: id.client, Proto: "socks5", Host: qh,
 			Port: port, Verdict: "deny", Reason: reasonQuarantined, Policy: g.opt.Policy.Hash()})
 		return ctx, false
 	}

@@ -60,6 +60,9 @@ type Options struct {
 	// they are not bound to; the Interceptor swaps them for bound hosts.
 	// Nil: none.
 	Credentials *credentials.Set
+	// Clients gives named clients (Tokens' values) their own policy and
+	// dialer; a client without an entry uses Policy and Dialer.
+	Clients map[string]ClientPolicy
 	// Quarantine, when active, denies every further request (after a
 	// blocked leak and credentials.quarantineOnLeak). Nil: never.
 	Quarantine *Quarantine
@@ -72,6 +75,13 @@ type Options struct {
 	// MaxIdlePerHost sizes the upstream pool for plain HTTP. Go's default
 	// of 2 caps a busy proxy at a fraction of direct throughput. Default 256.
 	MaxIdlePerHost int
+}
+
+// ClientPolicy is one daemon client's own policy and the dialer that
+// enforces it (its resolved-address rules).
+type ClientPolicy struct {
+	Policy *policy.Policy
+	Dialer *resolver.Dialer
 }
 
 // Gateway serves the proxy protocols. Create it with New.
@@ -109,6 +119,11 @@ func New(o Options) (*Gateway, error) {
 	}
 	if !o.NoAuth && len(o.Tokens) == 0 {
 		return nil, ErrNoAuth
+	}
+	for name, cp := range o.Clients {
+		if cp.Policy == nil || cp.Dialer == nil {
+			return nil, fmt.Errorf("%w (client %q)", ErrNoPolicy, name)
+		}
 	}
 	if o.Audit == nil {
 		o.Audit = audit.Discard
@@ -348,12 +363,14 @@ func (g *Gateway) waitTunnels() {
 type identity struct {
 	client  string
 	session string
+	pol     *policy.Policy   // the client's policy
+	dialer  *resolver.Dialer // and the dialer that enforces it
 }
 
 // authenticate checks the proxy password against the tokens. user is the
 // attribution id.
 func (g *Gateway) authenticate(user, pass string) (identity, bool) {
-	id := identity{session: g.opt.Session, client: "local"}
+	id := identity{session: g.opt.Session, client: "local", pol: g.opt.Policy, dialer: g.opt.Dialer}
 	if user != "" {
 		id.session = user
 	}
@@ -372,7 +389,20 @@ func (g *Gateway) authenticate(user, pass string) (identity, bool) {
 		return identity{}, false
 	}
 	id.client = name
+	if cp, ok := g.opt.Clients[name]; ok {
+		id.pol, id.dialer = cp.Policy, cp.Dialer
+	}
 	return id, true
+}
+
+// forClient returns the identity of a client by name, for dials that know
+// only the name (the interceptor's).
+func (g *Gateway) forClient(name string) identity {
+	id := identity{client: name, pol: g.opt.Policy, dialer: g.opt.Dialer}
+	if cp, ok := g.opt.Clients[name]; ok {
+		id.pol, id.dialer = cp.Policy, cp.Dialer
+	}
+	return id
 }
 
 // tunnel is one open CONNECT or SOCKS5 tunnel, tracked for drain.
@@ -441,7 +471,7 @@ func (g *Gateway) event(proto policy.Proto, id identity, d policy.Decision, host
 		Verdict: d.Verdict.String(),
 		Reason:  d.Reason.Code(),
 		Rule:    d.Rule,
-		Policy:  g.opt.Policy.Hash(),
+		Policy:  id.pol.Hash(),
 	}
 	if h := d.Host.String(); h != "" {
 		e.Host = h

@@ -125,7 +125,7 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			host = "(redacted)"
 		}
 		g.audit.Write(audit.Event{Session: id.session, Client: id.client, Proto: "http", Host: host,
-			Verdict: "deny", Reason: reasonQuarantined, Policy: g.opt.Policy.Hash()})
+			Verdict: "deny", Reason: reasonQuarantined, Policy: id.pol.Hash()})
 		return
 	}
 	if r.Method == http.MethodConnect {
@@ -221,7 +221,7 @@ func (g *Gateway) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 		g.opt.Quarantine.Leak(st.id.client, le.Credential)
 		return r, leakReply(le.Credential, "").response(r)
 	}
-	st.dec = g.opt.Policy.Decide(policy.Request{Proto: policy.ProtoHTTP, Host: st.host, Port: port, Client: st.id.client})
+	st.dec = st.id.pol.Decide(policy.Request{Proto: policy.ProtoHTTP, Host: st.host, Port: port, Client: st.id.client})
 	if st.dec.Verdict == policy.Deny {
 		st.denied, st.reason, st.rule = true, st.dec.Reason.Code(), st.dec.Rule
 		return r, denyReply(st.dec, st.host, port).response(r)
@@ -312,7 +312,7 @@ func (g *Gateway) intercept(conn net.Conn, id identity, d policy.Decision, e aud
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		upstream, addr, err := g.dialUpstream(ctx, d, false)
+		upstream, addr, err := g.dialUpstream(ctx, id, d, false)
 		cancel()
 		if err != nil {
 			_, reason, rule := dialReply(err)
@@ -353,7 +353,7 @@ func (g *Gateway) transportDial(ctx context.Context, _, _ string) (net.Conn, err
 	}
 	// No write to st here: the Transport may finish a dial in the
 	// background, after the request used another connection.
-	c, _, err := g.dialUpstream(ctx, st.dec, true)
+	c, _, err := g.dialUpstream(ctx, st.id, st.dec, true)
 	return c, err
 }
 
@@ -367,7 +367,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, id identi
 	host, port, err := canon.SplitHostPort(r.RequestURI)
 	if err != nil {
 		g.audit.Write(audit.Event{Session: id.session, Client: id.client, Proto: "connect",
-			Host: sanitize(r.RequestURI), Verdict: "deny", Reason: policy.ReasonMalformedHost.Code(), Policy: g.opt.Policy.Hash()})
+			Host: sanitize(r.RequestURI), Verdict: "deny", Reason: policy.ReasonMalformedHost.Code(), Policy: id.pol.Hash()})
 		badRequestReply("CONNECT needs host:port").write(w)
 		return
 	}
@@ -377,10 +377,10 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, id identi
 		leakReply(le.Credential, "").write(w)
 		g.opt.Quarantine.Leak(id.client, le.Credential)
 		g.audit.Write(audit.Event{Session: id.session, Client: id.client, Proto: "connect", Host: "(redacted)",
-			Port: port, Verdict: "deny", Reason: reasonCredentialLeak, Credential: le.Credential, Policy: g.opt.Policy.Hash()})
+			Port: port, Verdict: "deny", Reason: reasonCredentialLeak, Credential: le.Credential, Policy: id.pol.Hash()})
 		return
 	}
-	d := g.opt.Policy.Decide(policy.Request{Proto: policy.ProtoConnect, Host: host, Port: port, Client: id.client})
+	d := id.pol.Decide(policy.Request{Proto: policy.ProtoConnect, Host: host, Port: port, Client: id.client})
 	e := g.event(policy.ProtoConnect, id, d, host, port)
 	if d.Verdict == policy.Deny {
 		if d.Reason == policy.ReasonMalformedHost {
@@ -407,7 +407,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, id identi
 		return
 	}
 	dctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	upstream, addr, err := g.dialUpstream(dctx, d, false)
+	upstream, addr, err := g.dialUpstream(dctx, id, d, false)
 	cancel()
 	if err != nil {
 		rep, reason, rule := dialReply(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/moat-dev/moat/gateway/policy"
 	"github.com/moat-dev/moat/gateway/policy/canon"
+	"github.com/moat-dev/moat/mitm"
 )
 
 // Parent is an upstream (corporate) proxy the gateway chains through, after
@@ -120,7 +121,7 @@ func (p *Parent) route(h canon.Host, plain bool) *url.URL {
 
 // dialUpstream connects to d's destination: through the parent proxy when
 // one applies, else through the checked dialer.
-func (g *Gateway) dialUpstream(ctx context.Context, d policy.Decision, plain bool) (net.Conn, netip.AddrPort, error) {
+func (g *Gateway) dialUpstream(ctx context.Context, id identity, d policy.Decision, plain bool) (net.Conn, netip.AddrPort, error) {
 	if d.Verdict == policy.Deny {
 		return nil, netip.AddrPort{}, errors.New("gateway: dial without an allow decision")
 	}
@@ -128,7 +129,7 @@ func (g *Gateway) dialUpstream(ctx context.Context, d policy.Decision, plain boo
 	// localhost entries name this machine: through the parent they would
 	// reach the parent's own loopback instead.
 	if u == nil || d.LoopbackOnly {
-		return g.opt.Dialer.DialContext(ctx, d)
+		return id.dialer.DialContext(ctx, d)
 	}
 	return dialViaParent(ctx, u, canon.HostPort(d.Host, d.Port))
 }
@@ -137,7 +138,7 @@ func (g *Gateway) dialUpstream(ctx context.Context, d policy.Decision, plain boo
 // does: through the parent proxy where one applies, else through the
 // checked dialer. The interceptor dials inspected hosts with it.
 func (g *Gateway) Dial(ctx context.Context, d policy.Decision) (net.Conn, netip.AddrPort, error) {
-	return g.dialUpstream(ctx, d, false)
+	return g.dialUpstream(ctx, g.forClient(mitm.ClientFrom(ctx)), d, false)
 }
 
 // ParentError reports a parent proxy that refused or failed a tunnel.

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/moat-dev/moat/credentials"
 	"github.com/moat-dev/moat/gateway/policy"
+	"github.com/moat-dev/moat/resolver"
 )
 
 // corporate runs a goproxy on loopback as the parent proxy and counts the
@@ -179,5 +181,36 @@ func TestBudgets(t *testing.T) {
 	}
 	if got, reason := status(name); got != 403 || reason != "budget-exhausted" {
 		t.Errorf("after the byte budget: %d %q, want 403 budget-exhausted", got, reason)
+	}
+}
+
+// TestPerClientPolicy: in daemon mode each token's client can have its own
+// policy; a client without one uses the gateway's.
+func TestPerClientPolicy(t *testing.T) {
+	_, port, _ := upstream(t)
+	strict, _ := policy.New(policy.Spec{})
+	open, _ := policy.New(policy.Spec{Allow: []string{"127.0.0.1"}})
+	e := newEnv(t, policy.Spec{Allow: []string{"127.0.0.1"}}, func(o *Options) {
+		o.Tokens = map[string]string{testToken: "tester", "other-token-0123456": "locked"}
+		o.Clients = map[string]ClientPolicy{"locked": {Policy: strict, Dialer: &resolver.Dialer{Policy: strict}}}
+		_ = open
+	})
+	target := fmt.Sprintf("http://127.0.0.1:%d/", port)
+	for _, tc := range []struct {
+		token string
+		want  int
+	}{{testToken, 200}, {"other-token-0123456", 403}} {
+		resp, err := e.client(tc.token).Get(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("token of client %q: status %d, want %d", tc.token[:5], resp.StatusCode, tc.want)
+		}
+	}
+	if _, err := New(Options{Policy: open, Dialer: &resolver.Dialer{Policy: open}, NoAuth: true,
+		Clients: map[string]ClientPolicy{"x": {}}}); !errors.Is(err, ErrNoPolicy) {
+		t.Errorf("a client without a policy: %v, want ErrNoPolicy", err)
 	}
 }

@@ -108,16 +108,16 @@ func (s socksRule) Allow(ctx context.Context, r *socks5.Request) (context.Contex
 			qh = "(redacted)"
 		}
 		g.audit.Write(audit.Event{Session: id.session, Client: id.client, Proto: "socks5", Host: qh,
-			Port: port, Verdict: "deny", Reason: reasonQuarantined, Policy: g.opt.Policy.Hash()})
+			Port: port, Verdict: "deny", Reason: reasonQuarantined, Policy: id.pol.Hash()})
 		return ctx, false
 	}
 	if le := g.opt.Credentials.CheckHost(host); le != nil {
 		g.opt.Quarantine.Leak(id.client, le.Credential)
 		g.audit.Write(audit.Event{Session: id.session, Client: id.client, Proto: "socks5", Host: "(redacted)",
-			Port: port, Verdict: "deny", Reason: reasonCredentialLeak, Credential: le.Credential, Policy: g.opt.Policy.Hash()})
+			Port: port, Verdict: "deny", Reason: reasonCredentialLeak, Credential: le.Credential, Policy: id.pol.Hash()})
 		return ctx, false
 	}
-	d := g.opt.Policy.Decide(policy.Request{Proto: policy.ProtoSOCKS5, Host: host, Port: port, Client: id.client})
+	d := id.pol.Decide(policy.Request{Proto: policy.ProtoSOCKS5, Host: host, Port: port, Client: id.client})
 	if d.Verdict == policy.Deny {
 		g.audit.Write(g.event(policy.ProtoSOCKS5, id, d, host, port))
 		return ctx, false // go-socks5 replies 0x02, not allowed by ruleset
@@ -164,7 +164,7 @@ func (g *Gateway) socksConnect(ctx context.Context, w io.Writer, r *socks5.Reque
 		return nil
 	}
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	upstream, addr, err := g.dialUpstream(dctx, st.dec, false)
+	upstream, addr, err := g.dialUpstream(dctx, st.id, st.dec, false)
 	cancel()
 	if err != nil {
 		_, reason, rule := dialReply(err)

@@ -158,6 +158,15 @@ func stateOf(ctx context.Context) *reqState {
 
 var errNoDecision = errors.New("mitm: upstream dial without a decision")
 
+type clientKey struct{}
+
+// ClientFrom returns the client (Meta.Client) a dial is made for, so that
+// Options.Dial can apply that client's address policy.
+func ClientFrom(ctx context.Context) string {
+	c, _ := ctx.Value(clientKey{}).(string)
+	return c
+}
+
 func (i *Interceptor) dialUpstream(ctx context.Context, _, _ string) (net.Conn, error) {
 	st := stateOf(ctx)
 	if st == nil {
@@ -447,7 +456,7 @@ func (h *connHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			st.addr = a.String()
 		}
 	}}
-	ctx := httptrace.WithClientTrace(context.WithValue(r.Context(), stateKey{}, st), trace)
+	ctx := httptrace.WithClientTrace(context.WithValue(context.WithValue(r.Context(), stateKey{}, st), clientKey{}, h.m.Client), trace)
 	h.i.proxy.ServeHTTP(sw, r.WithContext(ctx))
 	if st.reply != nil {
 		ev.Reason, ev.Rule = st.reply.code, st.reply.rule

@@ -131,14 +131,19 @@ func TestVersion(t *testing.T) {
 func TestTokenFile(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "tokens")
 	os.WriteFile(p, []byte("# team\ntinytok ci\n"), 0o600)
-	_, err := readTokens(p)
+	_, _, err := readTokens(p)
 	if err == nil || strings.Contains(err.Error(), "tinytok") {
 		t.Errorf("short token: err %v (must refuse without echoing the token)", err)
 	}
-	os.WriteFile(p, []byte("0123456789abcdef0123 ci-1\nfedcba9876543210fedc\n"), 0o600)
-	toks, err := readTokens(p)
-	if err != nil || toks["0123456789abcdef0123"] != "ci-1" || toks["fedcba9876543210fedc"] != "client-2" {
-		t.Errorf("readTokens = %v, %v", toks, err)
+	os.WriteFile(p, []byte("0123456789abcdef0123 ci-1 /etc/ci.yaml\nfedcba9876543210fedc\n"), 0o600)
+	toks, per, err := readTokens(p)
+	if err != nil || toks["0123456789abcdef0123"] != "ci-1" || toks["fedcba9876543210fedc"] != "client-2" || per["ci-1"] != "/etc/ci.yaml" {
+		t.Errorf("readTokens = %v, %v, %v", toks, per, err)
+	}
+	// A client file may not set gateway-wide keys.
+	cf := settingsFile(t, "network:\n  allowedDomains: [\"a.test\"]\n  rules: [{id: r, host: a.test, allow: [{method: GET, path: \"/**\"}]}]\n")
+	if _, err := clientPolicies(map[string]string{"ci-1": cf}); err == nil || !strings.Contains(err.Error(), "network.rules") {
+		t.Errorf("client settings with rules: %v, want a refusal naming network.rules", err)
 	}
 }
 

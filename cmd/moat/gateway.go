@@ -158,15 +158,16 @@ func listen(addr string) (net.Listener, error) {
 	return net.Listen("tcp", addr)
 }
 
-// readTokens reads a token file: one "TOKEN [CLIENT]" per line, # comments.
-// Errors never echo a token.
-func readTokens(path string) (map[string]string, error) {
+// readTokens reads a token file: one "TOKEN [CLIENT [SETTINGS]]" per line,
+// # comments. SETTINGS gives that client its own network policy. Errors
+// never echo a token.
+func readTokens(path string) (tokens map[string]string, settings map[string]string, err error) {
 	fh, err := os.Open(path)
 	if err != nil {
-		return nil, withCode(exitUsage, fmt.Errorf("--token-file: %w", err))
+		return nil, nil, withCode(exitUsage, fmt.Errorf("--token-file: %w", err))
 	}
 	defer fh.Close()
-	toks := map[string]string{}
+	tokens, settings = map[string]string{}, map[string]string{}
 	sc := bufio.NewScanner(fh)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -175,21 +176,59 @@ func readTokens(path string) (map[string]string, error) {
 		}
 		fs := strings.Fields(line)
 		if len(fs[0]) < 16 {
-			return nil, usageErr("--token-file %s:%d: token is shorter than 16 characters", path, n)
+			return nil, nil, usageErr("--token-file %s:%d: token is shorter than 16 characters", path, n)
+		}
+		if len(fs) > 3 {
+			return nil, nil, usageErr("--token-file %s:%d: want \"TOKEN [CLIENT [SETTINGS]]\"", path, n)
 		}
 		client := fmt.Sprintf("client-%d", n)
 		if len(fs) > 1 {
 			client = fs[1]
 		}
-		toks[fs[0]] = client
+		if _, dup := tokens[fs[0]]; dup {
+			return nil, nil, usageErr("--token-file %s:%d: token repeated", path, n)
+		}
+		tokens[fs[0]] = client
+		if len(fs) == 3 {
+			if prev, ok := settings[client]; ok && prev != fs[2] {
+				return nil, nil, usageErr("--token-file %s:%d: client %s already has settings %s", path, n, client, prev)
+			}
+			settings[client] = fs[2]
+		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, withCode(exitUsage, fmt.Errorf("--token-file %s: %w", path, err))
+		return nil, nil, withCode(exitUsage, fmt.Errorf("--token-file %s: %w", path, err))
 	}
-	if len(toks) == 0 {
-		return nil, usageErr("--token-file %s: no tokens (want one \"TOKEN [CLIENT]\" per line)", path)
+	if len(tokens) == 0 {
+		return nil, nil, usageErr("--token-file %s: no tokens (want one \"TOKEN [CLIENT [SETTINGS]]\" per line)", path)
 	}
-	return toks, nil
+	return tokens, settings, nil
+}
+
+// clientPolicies loads each client's own settings. Only the network
+// decision can differ per client: rules, git rules, credentials, TLS
+// termination, budgets and the parent proxy come from the main settings,
+// so a client file that sets them is refused rather than half-applied.
+func clientPolicies(settings map[string]string) (map[string]gateway.ClientPolicy, error) {
+	out := make(map[string]gateway.ClientPolicy, len(settings))
+	for client, path := range settings {
+		st, err := loadStack(path, nil)
+		if err != nil {
+			return nil, withCode(exitUsage, fmt.Errorf("client %s: %w", client, err))
+		}
+		n := &st.file.Network
+		for key, set := range map[string]bool{
+			"network.rules": len(n.Rules) > 0, "network.git": len(n.Git) > 0, "network.tlsTerminate": n.TLSTerminate != nil,
+			"network.budgets": len(n.Budgets) > 0, "network.parentProxy": n.ParentProxy != nil,
+			"credentials": len(st.file.Credentials.EnvVars)+len(st.file.Credentials.Files) > 0,
+		} {
+			if set {
+				return nil, usageErr("client %s settings %s: %s applies to the whole gateway; set it in the main --settings file", client, path, key)
+			}
+		}
+		out[client] = gateway.ClientPolicy{Policy: st.policy, Dialer: st.dialer}
+	}
+	return out, nil
 }
 
 // tuneGC trades memory for throughput on the proxy hot path: the default
@@ -250,8 +289,13 @@ func gatewayCmd(s stdio) *cobra.Command {
 				defer func() { pprof.StopCPUProfile(); pf.Close() }()
 			}
 			var tokens map[string]string
+			var clients map[string]gateway.ClientPolicy
 			if tokenFile != "" {
-				if tokens, err = readTokens(tokenFile); err != nil {
+				var perClient map[string]string
+				if tokens, perClient, err = readTokens(tokenFile); err != nil {
+					return err
+				}
+				if clients, err = clientPolicies(perClient); err != nil {
 					return err
 				}
 			}
@@ -264,7 +308,7 @@ func gatewayCmd(s stdio) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			o.Tokens, o.NoAuth, o.Session = tokens, noAuth, "gw-"+randomID(4)
+			o.Tokens, o.NoAuth, o.Session, o.Clients = tokens, noAuth, "gw-"+randomID(4), clients
 			gw, err := gateway.New(o)
 			if err != nil {
 				return err
@@ -302,7 +346,7 @@ func gatewayCmd(s stdio) *cobra.Command {
 	fl.StringVar(&settings, "settings", "", "settings file (YAML or srt JSON); default: the DESIGN search order")
 	fl.StringArrayVar(&listens, "listen", nil, "address to serve: host:port, unix:/path or /path (repeatable)")
 	fl.StringVar(&auditPath, "audit", "", "append the JSON-lines audit log to FILE (overrides audit.path)")
-	fl.StringVar(&tokenFile, "token-file", "", "file of \"TOKEN [CLIENT]\" lines; clients send TOKEN as the proxy password")
+	fl.StringVar(&tokenFile, "token-file", "", "file of \"TOKEN [CLIENT [SETTINGS]]\" lines; clients send TOKEN as the proxy password; SETTINGS gives a client its own network policy")
 	fl.BoolVar(&noAuth, "no-auth", false, "accept clients without a token (developer mode; loopback and unix sockets only)")
 	fl.DurationVar(&grace, "grace", 10*time.Second, "on SIGTERM, how long open tunnels may finish before they are closed")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "log debug details to stderr")

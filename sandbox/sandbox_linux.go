@@ -44,7 +44,6 @@ type initConfig struct {
 	Dir          string
 	Env          []string
 	AllowAllUnix bool
-	Weaker       bool
 	UID, GID     int
 	// Pass hands connections to the gateway by descriptor.
 	Pass bool
@@ -218,7 +217,7 @@ func Run(ctx context.Context, s Spec) (exitCode int, err error) {
 
 	cfg := initConfig{
 		NewRoot: filepath.Join(runDir, "root"), Mounts: plan.Mounts, Args: plan.Args, Dir: plan.Dir,
-		Env: plan.env, AllowAllUnix: s.AllowAllUnixSockets, Weaker: s.WeakerNested, Pass: s.PassConnections,
+		Env: plan.env, AllowAllUnix: s.AllowAllUnixSockets, Pass: s.PassConnections,
 		UID: os.Getuid(), GID: os.Getgid(),
 	}
 	if cfg.Seccomp, err = compileSeccomp(SeccompRules(s.AllowAllUnixSockets)); err != nil {

@@ -13,7 +13,7 @@ import (
 )
 
 func main() {
-	sandbox.MaybeInit() // the sandbox's re-exec stages never return
+	sandbox.MaybeInit() // the sandbox's re-exec stage (PID 1) never returns
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -203,8 +202,7 @@ func gatewayBase() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !fi.IsDir() || fi.Mode().Perm() != 0o700 || (ok && int(st.Uid) != os.Getuid()) {
+	if !fi.IsDir() || fi.Mode().Perm() != 0o700 || !ownedByMe(fi) {
 		return "", fmt.Errorf("%s must be a directory of yours with mode 0700 (remove it to let moat recreate it)", dir)
 	}
 	return dir, nil

@@ -52,6 +52,15 @@ type initConfig struct {
 	Seccomp []byte
 }
 
+// init runs the sandbox's PID 1 as early as Go allows. Packages initialize
+// in import-path order once their imports are done, and this package needs
+// only the standard library, x/sys and libseccomp, so it initializes before
+// goproxy (waiting on x/net and x/text), yaml and the CLI: PID 1 skips their
+// init work (goproxy alone parses an RSA key) on every moat run. The main
+// goroutine is locked to the main thread during init, which the confined
+// fork needs. MaybeInit stays the documented entry point.
+func init() { MaybeInit() }
+
 // MaybeInit runs a sandbox stage and exits if this process was started as
 // one (os.Args[1] is a hidden verb); otherwise it returns at once. Call it
 // first thing in main and in TestMain.

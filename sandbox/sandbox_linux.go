@@ -47,6 +47,8 @@ type initConfig struct {
 	UID, GID     int
 	// Pass hands connections to the gateway by descriptor.
 	Pass bool
+	// Warning is printed by PID 1 to stderr before anything else.
+	Warning string
 	// Seccomp is the compiled filter (sock_filter array) PID 1 loads on
 	// the thread that forks the command.
 	Seccomp []byte
@@ -116,60 +118,53 @@ func readSysctl(name string) string {
 // already delivers them to the whole foreground group). Cancelling ctx kills
 // the sandbox.
 func Run(ctx context.Context, s Spec) (exitCode int, err error) {
-	if err := Supported(); err != nil {
+	p, err := Prepare(s.Stdin, s.Stdout, s.Stderr)
+	if err != nil {
 		return SetupExitCode, err
 	}
-	log := s.Logger
-	runDir, err := os.MkdirTemp("", "moat-run-")
-	if err != nil {
-		return SetupExitCode, fmt.Errorf("%w: private run directory: %v", ErrSetup, err)
-	}
-	reg := openRegistry()
-	rec := &record{RunDir: runDir}
-	defer func() {
-		reg.release(rec)
-		if rmErr := os.RemoveAll(runDir); rmErr != nil && log != nil {
-			log.Warn("sandbox: removing run directory", "dir", runDir, "err", rmErr)
-		}
-	}()
-	for _, d := range []string{"tmp", "root"} {
-		if err := os.Mkdir(filepath.Join(runDir, d), 0o700); err != nil {
-			return SetupExitCode, fmt.Errorf("%w: %v", ErrSetup, err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(runDir, "empty"), nil, 0o444); err != nil {
-		return SetupExitCode, fmt.Errorf("%w: %v", ErrSetup, err)
+	return p.Run(ctx, s)
+}
+
+// Pending is a sandbox whose PID 1 is already booting: a Go runtime start
+// is the longest step of a launch, so a caller can start it first and load
+// its settings meanwhile. Complete it with Run, or release it with Abort.
+type Pending struct {
+	cmd       *exec.Cmd
+	cfgW, stR *os.File
+	sigs      chan os.Signal
+	tty       bool
+	stdin     io.Reader
+	stdout    io.Writer
+	stderr    io.Writer
+	finished  bool
+}
+
+// Prepare clones the namespaces and starts PID 1 with the given standard
+// streams; it waits for its configuration. The Spec given to Run must use
+// the same streams.
+func Prepare(stdin io.Reader, stdout, stderr io.Writer) (*Pending, error) {
+	if err := Supported(); err != nil {
+		return nil, err
 	}
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
-		return SetupExitCode, fmt.Errorf("%w: %v", ErrSetup, err)
+		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
-	defer cfgW.Close()
 	stR, stW, err := os.Pipe()
 	if err != nil {
 		cfgR.Close()
-		return SetupExitCode, fmt.Errorf("%w: %v", ErrSetup, err)
+		cfgW.Close()
+		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
-	defer stR.Close()
-
-	stderr := s.Stderr
-	if stderr == nil {
-		stderr = io.Discard
-	}
-	// Before the clone: the command's output shares this writer.
-	if s.WeakerNested {
-		fmt.Fprintln(stderr, "moat: WARNING: enableWeakerNestedSandbox is set: the host's /proc and /sys are visible inside; use it only inside a container that is itself the security boundary")
-	}
+	p := &Pending{cfgW: cfgW, stR: stR, tty: isTerminal(stdin), stdin: stdin, stdout: stdout, stderr: stderr}
 	// Catch signals before anything exists to clean up: a SIGTERM during
 	// set-up must still run the deferred removal of placeholders.
-	sigs := make(chan os.Signal, 8)
-	tty := isTerminal(s.Stdin)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
-	defer signal.Stop(sigs)
+	p.sigs = make(chan os.Signal, 8)
+	signal.Notify(p.sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	cmd := exec.Command("/proc/self/exe", verbInit)
 	cmd.Args[0] = "moat-sandbox"
 	cmd.Env = []string{}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = s.Stdin, s.Stdout, s.Stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
 	cmd.ExtraFiles = []*os.File{cfgR, stW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
@@ -187,14 +182,70 @@ func Run(ctx context.Context, s Spec) (exitCode int, err error) {
 	cfgR.Close()
 	stW.Close()
 	if err != nil {
-		return SetupExitCode, fmt.Errorf("%w: clone namespaces: %v%s", ErrSetup, err, cloneHint(err))
-	}
-	// The init stage boots (a Go runtime start, the longest step) while we
-	// build the plan and compile the filter; it waits for its config.
-	abort := func() {
+		signal.Stop(p.sigs)
 		cfgW.Close()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		stR.Close()
+		return nil, fmt.Errorf("%w: clone namespaces: %v%s", ErrSetup, err, cloneHint(err))
+	}
+	p.cmd = cmd
+	return p, nil
+}
+
+// Abort stops a Pending sandbox that will not run: PID 1 is killed before it
+// ever received a configuration.
+func (p *Pending) Abort() {
+	if p == nil || p.finished {
+		return
+	}
+	p.finished = true
+	p.cfgW.Close()
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+	p.stR.Close()
+	signal.Stop(p.sigs)
+}
+
+// Run completes the sandbox for s (see the package-level Run) and waits for
+// the command.
+func (p *Pending) Run(ctx context.Context, s Spec) (exitCode int, err error) {
+	if p.finished {
+		return SetupExitCode, fmt.Errorf("%w: sandbox already used", ErrSetup)
+	}
+	if s.Stdin != p.stdin || s.Stdout != p.stdout || s.Stderr != p.stderr {
+		p.Abort()
+		return SetupExitCode, fmt.Errorf("%w: Spec streams differ from those given to Prepare", ErrSetup)
+	}
+	cmd := p.cmd
+	abort := p.Abort
+	defer func() {
+		p.finished = true
+		p.stR.Close()
+		p.cfgW.Close()
+		signal.Stop(p.sigs)
+	}()
+	log := s.Logger
+	runDir, err := os.MkdirTemp("", "moat-run-")
+	if err != nil {
+		abort()
+		return SetupExitCode, fmt.Errorf("%w: private run directory: %v", ErrSetup, err)
+	}
+	reg := openRegistry()
+	rec := &record{RunDir: runDir}
+	defer func() {
+		reg.release(rec)
+		if rmErr := os.RemoveAll(runDir); rmErr != nil && log != nil {
+			log.Warn("sandbox: removing run directory", "dir", runDir, "err", rmErr)
+		}
+	}()
+	for _, d := range []string{"tmp", "root"} {
+		if err := os.Mkdir(filepath.Join(runDir, d), 0o700); err != nil {
+			abort()
+			return SetupExitCode, fmt.Errorf("%w: %v", ErrSetup, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(runDir, "empty"), nil, 0o444); err != nil {
+		abort()
+		return SetupExitCode, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
 	var plan *PlanInfo
 	err = reg.acquire(rec, func(shared map[string]bool) ([]string, error) {
@@ -229,6 +280,10 @@ func Run(ctx context.Context, s Spec) (exitCode int, err error) {
 		Env: plan.env, AllowAllUnix: s.AllowAllUnixSockets, Pass: s.PassConnections,
 		UID: os.Getuid(), GID: os.Getgid(),
 	}
+	if s.WeakerNested {
+		// PID 1 prints it: it owns the shared stderr from now on.
+		cfg.Warning = "moat: WARNING: enableWeakerNestedSandbox is set: the host's /proc and /sys are visible inside; use it only inside a container that is itself the security boundary"
+	}
 	if cfg.Seccomp, err = compileSeccomp(SeccompRules(s.AllowAllUnixSockets)); err != nil {
 		abort()
 		return SetupExitCode, fmt.Errorf("%w: seccomp: %v", ErrSetup, err)
@@ -243,8 +298,8 @@ func Run(ctx context.Context, s Spec) (exitCode int, err error) {
 	go func() {
 		for {
 			select {
-			case sig := <-sigs:
-				if tty && (sig == syscall.SIGINT || sig == syscall.SIGQUIT) {
+			case sig := <-p.sigs:
+				if p.tty && (sig == syscall.SIGINT || sig == syscall.SIGQUIT) {
 					continue
 				}
 				_ = cmd.Process.Signal(sig)
@@ -257,11 +312,11 @@ func Run(ctx context.Context, s Spec) (exitCode int, err error) {
 		}
 	}()
 	go func() {
-		_, _ = cfgW.Write(blob)
-		cfgW.Close()
+		_, _ = p.cfgW.Write(blob)
+		p.cfgW.Close()
 	}()
 	// EOF with no bytes: the command was exec'd (or the stages died).
-	msg, _ := io.ReadAll(io.LimitReader(stR, 64<<10))
+	msg, _ := io.ReadAll(io.LimitReader(p.stR, 64<<10))
 	werr := cmd.Wait()
 	code := exitStatus(cmd.ProcessState)
 	if len(msg) > 0 {
@@ -343,6 +398,9 @@ func initMain() int {
 		return stageFail(status, "init: read config: %v", err)
 	}
 	cfgFile.Close()
+	if cfg.Warning != "" {
+		fmt.Fprintln(os.Stderr, cfg.Warning)
+	}
 	// The network side (lo, the relay's listeners) is independent of the
 	// mount table: build both at once. The relay dials the gateway socket
 	// by its path inside, per connection, so after the pivot.

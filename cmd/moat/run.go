@@ -218,9 +218,18 @@ func runCmd(s stdio) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := sandbox.Supported(); err != nil {
+			// PID 1's runtime boots while the settings load and the gateway
+			// starts: the longest step of a launch, overlapped.
+			pending, err := sandbox.Prepare(s.in, s.out, s.err)
+			if err != nil {
 				return withCode(sandbox.SetupExitCode, err)
 			}
+			ran := false
+			defer func() {
+				if !ran {
+					pending.Abort()
+				}
+			}()
 			st, err := loadStack(fl.settings, fl.allow)
 			if err != nil {
 				return err
@@ -283,7 +292,8 @@ func runCmd(s stdio) *cobra.Command {
 			spec.Logger = log
 			// Signals are forwarded by sandbox.Run itself; cancelling would
 			// SIGKILL the command instead of letting it handle SIGINT.
-			code, runErr := sandbox.Run(context.WithoutCancel(cmd.Context()), spec)
+			ran = true
+			code, runErr := pending.Run(context.WithoutCancel(cmd.Context()), spec)
 			gctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			gw.Shutdown(gctx)
 			cancel()

@@ -72,6 +72,10 @@ type Options struct {
 	// Parent chains through a corporate proxy after the gateway's own
 	// decision (network.parentProxy). Default: dial directly.
 	Parent *Parent
+	// AcceptPassed lets unix-socket clients hand over a TCP connection by
+	// descriptor (SCM_RIGHTS), as moat run's sandbox relay does. Off for a
+	// daemon's listeners.
+	AcceptPassed bool
 	// MaxIdlePerHost sizes the upstream pool for plain HTTP. Go's default
 	// of 2 caps a busy proxy at a fraction of direct throughput. Default 256.
 	MaxIdlePerHost int
@@ -220,7 +224,7 @@ func isLocalListener(l net.Listener) bool {
 // demux reads the first byte: 0x05 is SOCKS5 (RFC 1928 §3), 0x04 is SOCKS4
 // (refused), anything else is HTTP.
 func (g *Gateway) demux(c net.Conn) {
-	if uc, ok := c.(*net.UnixConn); ok {
+	if uc, ok := c.(*net.UnixConn); ok && g.opt.AcceptPassed {
 		pc, err := acceptPassed(uc, g.opt.HeaderTimeout)
 		if err != nil {
 			uc.Close()
@@ -279,6 +283,9 @@ func (c *peekedConn) Read(p []byte) (int, error) {
 func (c *peekedConn) raw() (net.Conn, bool) {
 	if c.r == nil || c.r.Buffered() == 0 {
 		c.r = nil
+		if p, ok := c.Conn.(*prefixConn); ok && len(p.prefix) == 0 {
+			return p.Conn, true // the unix socket itself, for splice and half-close
+		}
 		return c.Conn, true
 	}
 	return nil, false

@@ -28,7 +28,7 @@ import (
 func TestPassedConnections(t *testing.T) {
 	_, port, _ := upstream(t)
 	pol, _ := policy.New(policy.Spec{Allow: []string{"127.0.0.1"}})
-	gw, err := New(Options{Policy: pol, Dialer: &resolver.Dialer{Policy: pol}, NoAuth: true})
+	gw, err := New(Options{Policy: pol, Dialer: &resolver.Dialer{Policy: pol}, NoAuth: true, AcceptPassed: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -140,7 +140,12 @@ func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return p.fallback.RoundTrip(req)
 	}
+	// Connections are pooled per client too: a connection dialled under one
+	// client's address rules must not carry another client's request.
 	key := req.URL.Host
+	if st := stateFrom(req.Context()); st != nil {
+		key = st.id.client + "\x00" + key
+	}
 	// A pooled connection may have been closed by the upstream while idle:
 	// retry once on a fresh one, but only when nothing of the request can
 	// have been consumed (no body, or a replayable one).

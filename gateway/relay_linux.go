@@ -141,11 +141,14 @@ func acceptPassed(uc *net.UnixConn, timeout time.Duration) (net.Conn, error) {
 		return &prefixConn{Conn: uc, prefix: buf[:n]}, nil
 	}
 	var fds []int
-	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
-		for i := range msgs {
-			if f, err := unix.ParseUnixRights(&msgs[i]); err == nil {
-				fds = append(fds, f...)
-			}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil {
+		// Cannot name the descriptors to close: drop the connection.
+		return nil, errors.New("gateway: unreadable control message")
+	}
+	for i := range msgs {
+		if f, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+			fds = append(fds, f...)
 		}
 	}
 	if flags&unix.MSG_CTRUNC != 0 || len(fds) != 1 || n != 1 || buf[0] != passMarker {
@@ -154,12 +157,19 @@ func acceptPassed(uc *net.UnixConn, timeout time.Duration) (net.Conn, error) {
 		}
 		return nil, errors.New("gateway: malformed passed connection")
 	}
-	// Only a stream socket is served: never a file or anything else.
-	if st, err := unix.GetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_TYPE); err != nil || st != unix.SOCK_STREAM {
-		unix.Close(fds[0])
-		return nil, errors.New("gateway: passed descriptor is not a stream socket")
+	// Only a connected TCP socket is served: never a file, a unix socket
+	// or a listener.
+	fd := fds[0]
+	typ, err1 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
+	dom, err2 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
+	lst, err3 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN)
+	_, err4 := unix.Getpeername(fd)
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || typ != unix.SOCK_STREAM ||
+		(dom != unix.AF_INET && dom != unix.AF_INET6) || lst != 0 {
+		unix.Close(fd)
+		return nil, errors.New("gateway: passed descriptor is not a connected TCP socket")
 	}
-	f := os.NewFile(uintptr(fds[0]), "passed")
+	f := os.NewFile(uintptr(fd), "passed")
 	c, err := net.FileConn(f) // dups; f is ours to close
 	f.Close()
 	if err != nil {

@@ -17,3 +17,9 @@ func connAlive(net.Conn) bool { return true }
 // acceptPassed serves unix-socket clients as they are: descriptor passing
 // is Linux-only.
 func acceptPassed(uc *net.UnixConn, _ time.Duration) (net.Conn, error) { return uc, nil }
+
+// prefixConn is never built on this platform.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}

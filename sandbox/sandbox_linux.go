@@ -127,7 +127,9 @@ func Run(ctx context.Context, s Spec) (exitCode int, err error) {
 
 // Pending is a sandbox whose PID 1 is already booting: a Go runtime start
 // is the longest step of a launch, so a caller can start it first and load
-// its settings meanwhile. Complete it with Run, or release it with Abort.
+// its settings meanwhile. Complete it with Run, or release it with Abort:
+// one of the two must be called, from one goroutine; until then it holds the
+// process's terminating signals.
 type Pending struct {
 	cmd       *exec.Cmd
 	cfgW, stR *os.File
@@ -140,8 +142,8 @@ type Pending struct {
 }
 
 // Prepare clones the namespaces and starts PID 1 with the given standard
-// streams; it waits for its configuration. The Spec given to Run must use
-// the same streams.
+// streams; it waits for its configuration. The Spec's own Stdin, Stdout
+// and Stderr are not used by Pending.Run: these are.
 func Prepare(stdin io.Reader, stdout, stderr io.Writer) (*Pending, error) {
 	if err := Supported(); err != nil {
 		return nil, err
@@ -156,7 +158,7 @@ func Prepare(stdin io.Reader, stdout, stderr io.Writer) (*Pending, error) {
 		cfgW.Close()
 		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
-	p := &Pending{cfgW: cfgW, stR: stR, tty: isTerminal(stdin), stdin: stdin, stdout: stdout, stderr: stderr}
+	p := &Pending{cfgW: cfgW, stR: stR, tty: isTerminal(stdin)}
 	// Catch signals before anything exists to clean up: a SIGTERM during
 	// set-up must still run the deferred removal of placeholders.
 	p.sigs = make(chan os.Signal, 8)
@@ -211,9 +213,16 @@ func (p *Pending) Run(ctx context.Context, s Spec) (exitCode int, err error) {
 	if p.finished {
 		return SetupExitCode, fmt.Errorf("%w: sandbox already used", ErrSetup)
 	}
-	if s.Stdin != p.stdin || s.Stdout != p.stdout || s.Stderr != p.stderr {
-		p.Abort()
-		return SetupExitCode, fmt.Errorf("%w: Spec streams differ from those given to Prepare", ErrSetup)
+	// A signal that arrived while the caller was still setting up (it
+	// waits for us before it can act on one) ends the run here, before PID 1
+	// gets a configuration.
+	select {
+	case sig := <-p.sigs:
+		if ss, ok := sig.(syscall.Signal); ok && ss != syscall.SIGUSR1 && ss != syscall.SIGUSR2 {
+			p.Abort()
+			return 128 + int(ss), fmt.Errorf("%w: interrupted by %v during set-up", ErrSetup, sig)
+		}
+	default:
 	}
 	cmd := p.cmd
 	abort := p.Abort

@@ -250,7 +250,7 @@ func runCmd(s stdio) *cobra.Command {
 				closeAudit()
 				return err
 			}
-			o.NoAuth, o.Session = true, "run-"+randomID(4)
+			o.NoAuth, o.Session, o.AcceptPassed = true, "run-"+randomID(4), true
 			gw, err := gateway.New(o)
 			if err != nil {
 				closeAudit()

@@ -96,7 +96,7 @@ type Gateway struct {
 	proxy *goproxy.ProxyHttpServer
 	socks *socks5.Server
 	http  *http.Server
-	tr    *http.Transport
+	tr    *mitm.PerClientTransport
 	// pool serves plain-HTTP requests; tr is its fallback (https URLs,
 	// upgrades).
 	pool   *pool

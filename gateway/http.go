@@ -47,18 +47,29 @@ func stateFrom(ctx context.Context) *reqState {
 }
 
 func (g *Gateway) setupHTTP() {
-	g.tr = &http.Transport{
-		// Never the environment's proxy: the gateway is the proxy.
-		Proxy:                 nil,
-		DialContext:           g.transportDial,
-		MaxIdleConns:          4 * g.opt.MaxIdlePerHost,
-		MaxIdleConnsPerHost:   g.opt.MaxIdlePerHost,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		// Bodies pass through byte for byte: no transparent gzip.
-		DisableCompression: true,
-		TLSClientConfig:    &tls.Config{MinVersion: tls.VersionTLS12},
+	newTr := func() *http.Transport {
+		return &http.Transport{
+			// Never the environment's proxy: the gateway is the proxy.
+			Proxy:                 nil,
+			DialContext:           g.transportDial,
+			MaxIdleConns:          4 * g.opt.MaxIdlePerHost,
+			MaxIdleConnsPerHost:   g.opt.MaxIdlePerHost,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ExpectContinueTimeout: time.Second,
+			// Bodies pass through byte for byte: no transparent gzip.
+			DisableCompression: true,
+			TLSClientConfig:    &tls.Config{MinVersion: tls.VersionTLS12},
+		}
+	}
+	g.tr = &mitm.PerClientTransport{
+		Key: func(r *http.Request) string {
+			if st := stateFrom(r.Context()); st != nil {
+				return st.id.client
+			}
+			return ""
+		},
+		New: newTr,
 	}
 	g.pool = &pool{
 		dial: func(ctx context.Context, _ string) (net.Conn, error) {
@@ -74,7 +85,9 @@ func (g *Gateway) setupHTTP() {
 		return g.pool.RoundTrip(req)
 	})
 	p := goproxy.NewProxyHttpServer()
-	p.Tr = g.tr
+	// goproxy's own transport is never used (every request goes through
+	// the pool's RoundTripper); it must still not read proxy variables.
+	p.Tr = newTr()
 	p.ConnectDial = nil // CONNECT is served by serveConnect, never by goproxy's env dialer
 	p.Logger = log.New(io.Discard, "", 0)
 	p.KeepAcceptEncoding = true

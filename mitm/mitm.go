@@ -85,7 +85,7 @@ type Interceptor struct {
 	o     Options
 	log   *slog.Logger
 	audit audit.Sink
-	tr    *http.Transport
+	tr    *PerClientTransport
 	proxy *httputil.ReverseProxy
 	h2    *http2.Server
 }
@@ -109,7 +109,26 @@ func New(o Options) (*Interceptor, error) {
 	if i.audit == nil {
 		i.audit = audit.Discard
 	}
-	i.tr = &http.Transport{
+	i.tr = &PerClientTransport{
+		Key: func(r *http.Request) string { return ClientFrom(r.Context()) },
+		New: func() *http.Transport { return i.newTransport(o) },
+	}
+	i.proxy = &httputil.ReverseProxy{
+		Rewrite: rewrite,
+		// Without a pool, ReverseProxy allocates a 32 KiB copy buffer for
+		// every request.
+		BufferPool:   copyBuffers{},
+		Transport:    i.tr,
+		ErrorHandler: i.proxyError,
+		ErrorLog:     slog.NewLogLogger(i.log.Handler(), slog.LevelDebug),
+	}
+	i.h2 = &http2.Server{IdleTimeout: 2 * time.Minute}
+	return i, nil
+}
+
+// newTransport is one client's upstream pool.
+func (i *Interceptor) newTransport(o Options) *http.Transport {
+	return &http.Transport{
 		// Never the environment's proxy variables: the upstream is the
 		// decision's destination, dialled through o.Dial.
 		Proxy:       nil,
@@ -125,17 +144,42 @@ func New(o Options) (*Interceptor, error) {
 		TLSHandshakeTimeout:   PeekTimeout,
 		ExpectContinueTimeout: time.Second,
 	}
-	i.proxy = &httputil.ReverseProxy{
-		Rewrite: rewrite,
-		// Without a pool, ReverseProxy allocates a 32 KiB copy buffer for
-		// every request.
-		BufferPool:   copyBuffers{},
-		Transport:    i.tr,
-		ErrorHandler: i.proxyError,
-		ErrorLog:     slog.NewLogLogger(i.log.Handler(), slog.LevelDebug),
+}
+
+// PerClientTransport keeps one upstream pool per client (Key names it): a
+// connection dialled under one client's address rules must not carry
+// another client's request.
+type PerClientTransport struct {
+	Key func(*http.Request) string
+	New func() *http.Transport
+
+	mu       sync.Mutex
+	byClient map[string]*http.Transport
+}
+
+// RoundTrip sends r on its client's pool.
+func (c *PerClientTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	name := c.Key(r)
+	c.mu.Lock()
+	tr := c.byClient[name]
+	if tr == nil {
+		if c.byClient == nil {
+			c.byClient = make(map[string]*http.Transport)
+		}
+		tr = c.New()
+		c.byClient[name] = tr
 	}
-	i.h2 = &http2.Server{IdleTimeout: 2 * time.Minute}
-	return i, nil
+	c.mu.Unlock()
+	return tr.RoundTrip(r)
+}
+
+// CloseIdleConnections closes every client's idle upstream connections.
+func (c *PerClientTransport) CloseIdleConnections() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, tr := range c.byClient {
+		tr.CloseIdleConnections()
+	}
 }
 
 // Close drops idle upstream connections.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/url"
 	"runtime/debug"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/moat-dev/moat/config"
 	"github.com/moat-dev/moat/gateway/policy"
 	"github.com/moat-dev/moat/gateway/policy/canon"
+	"github.com/moat-dev/moat/mitm"
 )
 
 // parseTarget accepts host, host:port, [v6]:port or a URL. No port means
@@ -92,7 +94,33 @@ func checkCmd(s stdio) *cobra.Command {
 				Verdict: d.Verdict.String(), Reason: d.Reason.Code(), ReasonText: d.Text(), Rule: d.Rule,
 				Hint: d.Hint(), Settings: st.source,
 			}
-			if resolve && d.Verdict != policy.Deny {
+			// A method or a URL path asks for the per-request rules too.
+			if d.Verdict == policy.Inspect && (method != "" || strings.Contains(args[0], "://")) {
+				rules, err := mitmRules(st.file)
+				if err != nil {
+					return withCode(exitUsage, err)
+				}
+				m := strings.ToUpper(method)
+				if m == "" {
+					m = http.MethodGet
+				}
+				info := mitm.RequestInfo{Host: d.Host.String(), Port: port, Method: m, Path: "/"}
+				if u, err := url.Parse(args[0]); err == nil && strings.Contains(args[0], "://") {
+					if u.EscapedPath() != "" {
+						info.Path = u.EscapedPath()
+					}
+					info.Query = u.Query()
+				}
+				rd := rules.Check(info)
+				r.Method = m
+				if rd.RuleID != "" && rd.RuleID != "none" {
+					r.Rule = rd.RuleID
+				}
+				if !rd.Allowed {
+					r.Verdict, r.Reason, r.ReasonText, r.Hint = "deny", rd.Code, rd.Reason, ""
+				}
+			}
+			if resolve && r.Verdict != "deny" {
 				ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 				vs, err := st.dialer.Resolve(ctx, d)
 				cancel()

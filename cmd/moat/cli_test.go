@@ -190,3 +190,18 @@ func TestCACommands(t *testing.T) {
 		t.Errorf("a second init/export changed the CA")
 	}
 }
+
+// TestCheckPerRequestRules: --method and a URL path are judged by the
+// per-request rules of an inspected host.
+func TestCheckPerRequestRules(t *testing.T) {
+	ex := "../../examples/github-push-one-repo.yaml"
+	if out, _, code := moat(t, "check", "--settings", ex, "--method", "POST", "https://api.github.com/repos/o/r/pulls"); code != 1 || !strings.Contains(out, "rule-no-match") {
+		t.Errorf("POST to a read-only API: exit %d\n%s", code, out)
+	}
+	if out, _, code := moat(t, "check", "--settings", ex, "https://api.github.com/repos/o/r"); code != 0 || !strings.Contains(out, "github-api-readonly") {
+		t.Errorf("GET to a read-only API: exit %d\n%s", code, out)
+	}
+	if out, _, code := moat(t, "check", "--settings", ex, "--method", "GET", "https://api.github.com/repos/o/r/actions/runs"); code != 1 {
+		t.Errorf("GET of a denied path: exit %d\n%s", code, out)
+	}
+}

@@ -191,6 +191,12 @@ git clone -q %[1]s/owner/repo.git clone 2>&1 && echo "clone ok: $(git -C clone l
 	if strings.Contains(out, "CONNECTED") {
 		t.Errorf("a proxy-ignoring client reached the network:\n%s", out)
 	}
+	// --report appends the denials in srt's format.
+	out, _ = b.moat(t, "", "--report", "--", "curl", "-s", "-o", "/dev/null", "http://blocked.e2e.test:"+b.port+"/x?token=abc")
+	want := "<sandbox_violations>\ndeny network-outbound blocked.e2e.test:" + b.port + " (host is not on the allow list)\n</sandbox_violations>"
+	if !strings.Contains(out, want) {
+		t.Errorf("--report output %q, want %q", out, want)
+	}
 }
 
 func TestSandboxEscapesRefused(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"github.com/moat-dev/moat/config"
 	"github.com/moat-dev/moat/gateway"
 	"github.com/moat-dev/moat/gateway/audit"
+	"github.com/moat-dev/moat/gateway/policy"
 	"github.com/moat-dev/moat/sandbox"
 )
 
@@ -156,7 +157,11 @@ func (v *violations) Write(e audit.Event) {
 	if e.Method != "" && e.Proto != "http" {
 		line = fmt.Sprintf("deny http-request %s https://%s%s (rule %s)", e.Method, e.Host, e.Path, e.Rule)
 	} else {
-		line = fmt.Sprintf("deny network-outbound %s:%d (%s)", e.Host, e.Port, e.Reason)
+		why := e.Reason
+		if r, ok := policy.ReasonByCode(e.Reason); ok {
+			why = r.String()
+		}
+		line = fmt.Sprintf("deny network-outbound %s:%d (%s)", e.Host, e.Port, why)
 	}
 	v.mu.Lock()
 	v.lines = append(v.lines, line)

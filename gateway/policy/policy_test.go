@@ -240,3 +240,15 @@ func BenchmarkDecide(b *testing.B) {
 		_ = p.Decide(reqs[i%len(reqs)])
 	}
 }
+
+func TestReasonByCode(t *testing.T) {
+	for r := ReasonNone; r <= ReasonNoAddress; r++ {
+		got, ok := ReasonByCode(r.Code())
+		if !ok || got != r {
+			t.Errorf("ReasonByCode(%q) = %v, %v; want %v", r.Code(), got, ok, r)
+		}
+	}
+	if _, ok := ReasonByCode("no-such-code"); ok {
+		t.Error("unknown code found")
+	}
+}

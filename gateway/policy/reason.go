@@ -111,3 +111,15 @@ func (r Reason) String() string {
 	}
 	return "unknown reason"
 }
+
+// ReasonByCode looks a reason up by its Code, for readers of audit lines
+// that want the human text back (moat run --report). Unknown codes report
+// false.
+func ReasonByCode(code string) (Reason, bool) {
+	for r, c := range reasonCodes {
+		if c == code {
+			return Reason(r), true
+		}
+	}
+	return ReasonNone, false
+}

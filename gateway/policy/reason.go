@@ -4,36 +4,38 @@ package policy
 // derived from it and never parsed back.
 type Reason uint8
 
+// The reasons. Host decisions come first, then the address classes of
+// CheckAddr.
 const (
-	ReasonNone          Reason = iota
-	ReasonMalformedHost        // the host failed validation
-	ReasonBadPort              // port 0
-	ReasonDenyList             // a deniedDomains entry matched
-	ReasonAllowList            // an allowedDomains entry matched
-	ReasonStrict               // strictAllowlist and nothing matched
-	ReasonNotAllowed           // nothing matched and no ask hook allowed it
-	ReasonAsk                  // the ask hook allowed it
+	ReasonNone          Reason = iota // no reason (the zero value)
+	ReasonMalformedHost               // the host failed validation
+	ReasonBadPort                     // port 0
+	ReasonDenyList                    // a deniedDomains entry matched
+	ReasonAllowList                   // an allowedDomains entry matched
+	ReasonStrict                      // strictAllowlist and nothing matched
+	ReasonNotAllowed                  // nothing matched and no ask hook allowed it
+	ReasonAsk                         // the ask hook allowed it
 
 	// Address classes (CheckAddr).
-	ReasonPublic
-	ReasonAllowedRange // allowedResolvedAddresses
-	ReasonLiteral      // an explicitly allowed IP literal
-	ReasonUnspecified
-	ReasonLoopback
-	ReasonLinkLocal
-	ReasonMetadata
-	ReasonMulticast
-	ReasonReserved
-	ReasonBroadcast
-	ReasonPrivate
-	ReasonCGNAT
-	ReasonULA
-	ReasonThisNetwork
-	ReasonEmbeddedV4 // NAT64, 6to4 or Teredo embedding a denied IPv4
-	ReasonLocalInterface
-	ReasonDeniedRange // deniedResolvedAddresses
-	ReasonNotLoopback // a localhost entry resolved to a non-loopback address
-	ReasonNoAddress   // the name resolved to no address
+	ReasonPublic         // a public address
+	ReasonAllowedRange   // allowedResolvedAddresses
+	ReasonLiteral        // an explicitly allowed IP literal
+	ReasonUnspecified    // 0.0.0.0 or ::
+	ReasonLoopback       // 127.0.0.0/8, ::1
+	ReasonLinkLocal      // 169.254.0.0/16, fe80::/10
+	ReasonMetadata       // cloud metadata endpoints
+	ReasonMulticast      // 224.0.0.0/4, ff00::/8
+	ReasonReserved       // 240.0.0.0/4 and deprecated forms
+	ReasonBroadcast      // 255.255.255.255
+	ReasonPrivate        // RFC 1918
+	ReasonCGNAT          // 100.64.0.0/10
+	ReasonULA            // fc00::/7
+	ReasonThisNetwork    // 0.0.0.0/8
+	ReasonEmbeddedV4     // NAT64, 6to4 or Teredo embedding a denied IPv4
+	ReasonLocalInterface // an address of this host (or the gateway)
+	ReasonDeniedRange    // deniedResolvedAddresses
+	ReasonNotLoopback    // a localhost entry resolved to a non-loopback address
+	ReasonNoAddress      // the name resolved to no address
 )
 
 var reasonCodes = [...]string{

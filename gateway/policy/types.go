@@ -15,6 +15,7 @@ const (
 	Inspect                // allow, but terminate TLS and apply per-request rules
 )
 
+// String is the audit spelling: deny, allow or inspect.
 func (v Verdict) String() string {
 	switch v {
 	case Allow:
@@ -28,13 +29,15 @@ func (v Verdict) String() string {
 // Proto is the protocol a request arrived on.
 type Proto uint8
 
+// The protocols, as audit lines name them.
 const (
-	ProtoHTTP Proto = iota
-	ProtoConnect
-	ProtoSOCKS5
-	ProtoMITM
+	ProtoHTTP    Proto = iota // plain-HTTP proxying (absolute-form requests)
+	ProtoConnect              // an HTTP CONNECT tunnel
+	ProtoSOCKS5               // a SOCKS5 CONNECT (RFC 1928)
+	ProtoMITM                 // a request inside terminated TLS
 )
 
+// String is the audit spelling: http, connect, socks5 or mitm.
 func (p Proto) String() string {
 	switch p {
 	case ProtoConnect:

@@ -12,9 +12,10 @@ import (
 
 // An embedder serves its own gateway on a per-session unix socket in a
 // private directory (the socket is the credential) and runs a command in
-// the sandbox. main must call sandbox.MaybeInit first.
+// the sandbox. main must call sandbox.MaybeInit first (importing the
+// package does it too).
 func Example() {
-	dir, err := os.MkdirTemp("", "gw-") // 0700
+	dir, err := os.MkdirTemp("", "gw-") // mode 0700
 	if err != nil {
 		panic(err)
 	}
@@ -27,21 +28,19 @@ func Example() {
 	defer ln.Close()
 	go serveMyGateway(ln) // HTTP CONNECT / SOCKS5 on one socket
 
-	wd, _ := os.Getwd()
 	code, err := sandbox.Run(context.Background(), sandbox.Spec{
-		Args:               []string{"curl", "-s", "https://example.com/"},
-		Dir:                wd,
-		Env:                os.Environ(),
-		GatewaySocket:      sock,
-		AllowWrite:         []string{wd},
-		DenyRead:           []string{os.Getenv("HOME") + "/.ssh"},
-		MandatoryDenyDepth: 3,
-		Stdin:              os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		Args:          []string{"sh", "-c", "echo hello from the sandbox; touch /etc/x 2>/dev/null || echo /etc is read-only"},
+		Dir:           dir,
+		Env:           []string{"PATH=/usr/bin:/bin"},
+		GatewaySocket: sock,
+		Stdout:        os.Stdout,
+		Stderr:        os.Stderr,
 	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "sandbox:", err) // never ran unconfined
-	}
-	os.Exit(code)
+	fmt.Println("exit", code, err)
+	// Output:
+	// hello from the sandbox
+	// /etc is read-only
+	// exit 0 <nil>
 }
 
 func serveMyGateway(ln net.Listener) {
@@ -50,6 +49,6 @@ func serveMyGateway(ln net.Listener) {
 		if err != nil {
 			return
 		}
-		c.Close()
+		c.Close() // a real gateway decides and proxies here
 	}
 }

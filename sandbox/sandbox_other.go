@@ -4,7 +4,6 @@ package sandbox
 
 import (
 	"context"
-	"io"
 )
 
 // MaybeInit does nothing on this platform.
@@ -15,26 +14,3 @@ func Supported() error { return ErrUnsupported }
 
 // Run returns ErrUnsupported and never runs the command unconfined.
 func Run(ctx context.Context, s Spec) (int, error) { return SetupExitCode, ErrUnsupported }
-
-// Pending is a sandbox prepared by Prepare; here nothing boots early.
-type Pending struct{ used bool }
-
-// Prepare checks support; Run does the work on this platform.
-func Prepare(stdin io.Reader, stdout, stderr io.Writer) (*Pending, error) {
-	if err := Supported(); err != nil {
-		return nil, err
-	}
-	return &Pending{}, nil
-}
-
-// Run runs s (see the package-level Run).
-func (p *Pending) Run(ctx context.Context, s Spec) (int, error) {
-	if p.used {
-		return SetupExitCode, ErrSetup
-	}
-	p.used = true
-	return Run(ctx, s)
-}
-
-// Abort releases a Pending sandbox that will not run.
-func (p *Pending) Abort() {}

@@ -367,6 +367,52 @@ func TestSandboxParallelRunsLeaveNothing(t *testing.T) {
 	}
 }
 
+// TestSandboxRunThatNeverRunsLeavesNothing: `moat run` boots the sandbox's
+// PID 1 while it parses its command line; a run that stops at the command
+// line (help, a bad flag, no command, bad settings) must not leave it
+// behind, and a bad flag is still a usage error.
+func TestSandboxRunThatNeverRunsLeavesNothing(t *testing.T) {
+	b := newBox(t, "")
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--help"}, 0, "Usage:"},
+		{[]string{"--no-such-flag", "--", "true"}, 2, "no-such-flag"},
+		{nil, 2, "command"},
+		{[]string{"--settings", filepath.Join(b.project, "missing.yaml"), "--", "true"}, 2, "missing.yaml"},
+	} {
+		args := append([]string{"run"}, tc.args...)
+		if tc.args == nil || tc.args[0] != "--settings" {
+			args = append([]string{"run", "--settings", b.settings}, tc.args...)
+		}
+		cmd := exec.Command(moatBin, args...)
+		cmd.Dir = b.project
+		cmd.Env = append(cleanEnv(), "HOME="+b.home)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != tc.code || !strings.Contains(string(out), tc.want) {
+			t.Errorf("moat %v: exit %d (want %d), output %q (want it to mention %q)", args, code, tc.code, out, tc.want)
+		}
+	}
+	out, _, _ := run(t, 5*time.Second, "sh", "-c", "ps -eo args | grep -c '[m]oat-sandbox' || true")
+	if strings.TrimSpace(out) != "0" {
+		t.Errorf("sandbox processes left: %s", out)
+	}
+	entries, _ := os.ReadDir(b.project)
+	for _, e := range entries {
+		if e.Name() != ".git" {
+			t.Errorf("left on the host in the project: %s", e.Name())
+		}
+	}
+}
+
 // TestSandboxSymlinkedDenies: a denyRead entry that is a symlink hides its
 // target, and a protected name that is a symlink protects the file it
 // points to.

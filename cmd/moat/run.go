@@ -213,6 +213,19 @@ func gatewayBase() (string, error) {
 	return dir, nil
 }
 
+// takeEarly hands over the sandbox main's initialization started, if any
+// (see package early). Tests leave it nil.
+var takeEarly func() (*sandbox.Pending, error, bool)
+
+func prepareSandbox(s stdio) (*sandbox.Pending, error) {
+	if takeEarly != nil && s.in == os.Stdin && s.out == os.Stdout && s.err == os.Stderr {
+		if p, err, ok := takeEarly(); ok {
+			return p, err
+		}
+	}
+	return sandbox.Prepare(s.in, s.out, s.err)
+}
+
 func runCmd(s stdio) *cobra.Command {
 	fl := &runFlags{}
 	c := &cobra.Command{
@@ -224,8 +237,10 @@ func runCmd(s stdio) *cobra.Command {
 				return err
 			}
 			// PID 1's runtime boots while the settings load and the gateway
-			// starts: the longest step of a launch, overlapped.
-			pending, err := sandbox.Prepare(s.in, s.out, s.err)
+			// starts: the longest step of a launch, overlapped. The binary
+			// started it during initialization (package early) when the
+			// standard streams are its own.
+			pending, err := prepareSandbox(s)
 			if err != nil {
 				return withCode(sandbox.SetupExitCode, err)
 			}

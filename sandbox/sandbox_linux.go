@@ -246,6 +246,17 @@ func (p *Pending) Run(ctx context.Context, s Spec) (exitCode int, err error) {
 		signal.Stop(p.sigs)
 	}()
 	log := s.Logger
+	// The filter depends on the Spec alone: compile it while the plan is
+	// built and the placeholders are created.
+	type compiled struct {
+		prog []byte
+		err  error
+	}
+	seccompc := make(chan compiled, 1)
+	go func() {
+		prog, err := compileSeccomp(SeccompRules(s.AllowAllUnixSockets))
+		seccompc <- compiled{prog, err}
+	}()
 	runDir, err := os.MkdirTemp("", "moat-run-")
 	if err != nil {
 		abort()
@@ -254,10 +265,17 @@ func (p *Pending) Run(ctx context.Context, s Spec) (exitCode int, err error) {
 	reg := openRegistry()
 	rec := &record{RunDir: runDir}
 	defer func() {
-		reg.release(rec)
+		// Two directories, two goroutines: the placeholders are removed
+		// while the run directory is.
+		released := make(chan struct{})
+		go func() {
+			reg.release(rec)
+			close(released)
+		}()
 		if rmErr := os.RemoveAll(runDir); rmErr != nil && log != nil {
 			log.Warn("sandbox: removing run directory", "dir", runDir, "err", rmErr)
 		}
+		<-released
 	}()
 	for _, d := range []string{"tmp", "root"} {
 		if err := os.Mkdir(filepath.Join(runDir, d), 0o700); err != nil {
@@ -306,10 +324,12 @@ func (p *Pending) Run(ctx context.Context, s Spec) (exitCode int, err error) {
 		// PID 1 prints it: it owns the shared stderr from now on.
 		cfg.Warning = "moat: WARNING: enableWeakerNestedSandbox is set: the host's /proc and /sys are visible inside; use it only inside a container that is itself the security boundary"
 	}
-	if cfg.Seccomp, err = compileSeccomp(SeccompRules(s.AllowAllUnixSockets)); err != nil {
+	sc := <-seccompc
+	if sc.err != nil {
 		abort()
-		return SetupExitCode, fmt.Errorf("%w: seccomp: %v", ErrSetup, err)
+		return SetupExitCode, fmt.Errorf("%w: seccomp: %v", ErrSetup, sc.err)
 	}
+	cfg.Seccomp = sc.prog
 	blob, err := json.Marshal(cfg)
 	if err != nil {
 		abort()

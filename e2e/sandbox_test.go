@@ -369,8 +369,10 @@ func TestSandboxParallelRunsLeaveNothing(t *testing.T) {
 
 // TestSandboxRunThatNeverRunsLeavesNothing: `moat run` boots the sandbox's
 // PID 1 while it parses its command line; a run that stops at the command
-// line (help, a bad flag, no command, bad settings) must not leave it
-// behind, and a bad flag is still a usage error.
+// line (help, a bad flag, no command, bad settings) keeps its exit code and
+// message, and leaves no process or placeholder. (PID 1 would also die
+// with moat by its parent-death signal, so this does not prove that main
+// aborts it explicitly.)
 func TestSandboxRunThatNeverRunsLeavesNothing(t *testing.T) {
 	b := newBox(t, "")
 	for _, tc := range []struct {

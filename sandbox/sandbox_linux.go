@@ -436,8 +436,9 @@ func initMain() int {
 	// Signals for the command are caught from the start, so that the
 	// runtime's signal thread is created while the configuration arrives
 	// rather than between confinement and fork (where a new thread cost
-	// ~0.3 ms). One that arrives during set-up is forwarded once the
-	// command runs.
+	// ~0.3 ms). One that would have ended PID 1 during set-up still ends
+	// the run before the command starts (see pendingSignals); the others
+	// are forwarded once it runs.
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
 		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGCONT)
@@ -522,6 +523,11 @@ func initMain() int {
 		// refused by seccomp.)
 		cmd.SysProcAttr.Setpgid = true
 	}
+	early, stop := pendingSignals(sigs)
+	if stop != 0 {
+		status.Close()
+		return 128 + int(stop)
+	}
 	if err := cmd.Start(); err != nil {
 		var pe *os.PathError
 		if errors.As(err, &pe) && pe.Op == "chdir" {
@@ -536,6 +542,9 @@ func initMain() int {
 	pid := cmd.Process.Pid
 	tty := isTerminal(os.Stdin)
 	go func() {
+		for _, s := range early {
+			_ = syscall.Kill(pid, s)
+		}
 		for sig := range sigs {
 			s := sig.(syscall.Signal)
 			if tty && (s == syscall.SIGINT || s == syscall.SIGQUIT) {
@@ -561,6 +570,31 @@ func initMain() int {
 			return 128 + int(ws.Signal())
 		}
 		return ws.ExitStatus()
+	}
+}
+
+// pendingSignals drains the signals caught during set-up. Before PID 1
+// caught signals, SIGINT, SIGTERM, SIGHUP and SIGQUIT ended it there: stop
+// is the first such signal, and the command must not start. (On a
+// terminal the forwarder drops SIGINT and SIGQUIT, which the terminal
+// delivers to the command itself; during set-up there is no command yet.)
+// The others are returned to be delivered once the command runs.
+func pendingSignals(sigs chan os.Signal) (early []syscall.Signal, stop syscall.Signal) {
+	for {
+		select {
+		case sig := <-sigs:
+			s := sig.(syscall.Signal)
+			switch s {
+			case syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT:
+				if stop == 0 {
+					stop = s
+				}
+			default:
+				early = append(early, s)
+			}
+		default:
+			return early, stop
+		}
 	}
 }
 

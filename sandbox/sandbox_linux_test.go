@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/moat-dev/moat/sandbox"
 )
@@ -312,6 +314,49 @@ func TestRunSetupFailureNeverRunsCommand(t *testing.T) {
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Errorf("the command ran although set-up failed")
+	}
+}
+
+// TestRunInterruptedDuringSetupNeverRunsCommand: a SIGINT that reaches
+// PID 1 while it is still setting up (a terminal's ^C goes to the whole
+// foreground group) ends the run; the command never starts.
+func TestRunInterruptedDuringSetupNeverRunsCommand(t *testing.T) {
+	f := newFixture(t)
+	marker := filepath.Join(f.proj, "ran")
+	before := map[int]bool{}
+	for _, pid := range childPids() {
+		before[pid] = true
+	}
+	p, err := sandbox.Prepare(nil, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid1 int
+	for _, pid := range childPids() {
+		if !before[pid] {
+			pid1 = pid
+		}
+	}
+	if pid1 == 0 {
+		p.Abort()
+		t.Fatal("PID 1 of the prepared sandbox not found among our children")
+	}
+	// Let PID 1 boot (it then waits for its configuration). Either way,
+	// caught or not, the signal must stop the run.
+	time.Sleep(200 * time.Millisecond)
+	if err := syscall.Kill(pid1, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	s := f.spec("/bin/sh", "-c", "trap '' INT; touch "+marker+"; sleep 0.2")
+	var errb bytes.Buffer
+	s.Stdout, s.Stderr = io.Discard, &errb
+	code, err := p.Run(context.Background(), s)
+	if _, serr := os.Stat(marker); serr == nil {
+		t.Errorf("the command ran after PID 1 was interrupted during set-up (exit %d, %v)", code, err)
+	}
+	if code != 130 {
+		t.Errorf("exit %d (%v, stderr %q), want 130 (128+SIGINT)", code, err, errb.String())
 	}
 }
 

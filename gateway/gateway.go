@@ -162,6 +162,9 @@ func New(o Options) (*Gateway, error) {
 	}
 	g.setupHTTP()
 	g.setupSOCKS()
+	// A quarantined client keeps no open tunnel: bytes in an opaque
+	// tunnel are never inspected again.
+	o.Quarantine.watch(g.closeTunnelsOf)
 	return g, nil
 }
 
@@ -416,6 +419,11 @@ func (g *Gateway) forClient(name string) identity {
 type tunnel struct {
 	a, b net.Conn
 	once sync.Once
+	// client owns an opaque tunnel (bytes pass uninspected), which
+	// quarantine closes; "" for an intercepted connection, whose every
+	// request the interceptor refuses once the client is quarantined.
+	client string
+	opaque bool
 }
 
 func (t *tunnel) close() {
@@ -427,13 +435,37 @@ func (t *tunnel) close() {
 
 type closeWriter interface{ CloseWrite() error }
 
+// closeTunnelsOf closes every opaque tunnel of client.
+func (g *Gateway) closeTunnelsOf(client string) {
+	g.mu.Lock()
+	var ts []*tunnel
+	for t := range g.tunnels {
+		if t.opaque && t.client == client {
+			ts = append(ts, t)
+		}
+	}
+	g.mu.Unlock()
+	for _, t := range ts {
+		t.close()
+	}
+	if len(ts) > 0 {
+		g.log.Info("quarantine closed open tunnels", "client", client, "tunnels", len(ts))
+	}
+}
+
 // track registers an open tunnel so Shutdown can close it after the grace
 // period; the returned func closes both ends and forgets it.
 func (g *Gateway) track(a, b net.Conn) (untrack func()) {
-	t := &tunnel{a: a, b: b}
+	return g.trackTunnel(&tunnel{a: a, b: b})
+}
+
+func (g *Gateway) trackTunnel(t *tunnel) (untrack func()) {
 	g.mu.Lock()
 	g.tunnels[t] = struct{}{}
 	g.mu.Unlock()
+	if t.opaque && g.opt.Quarantine.Active(t.client) {
+		t.close() // quarantined between its decision and now
+	}
 	return func() {
 		t.close()
 		g.mu.Lock()
@@ -445,8 +477,8 @@ func (g *Gateway) track(a, b net.Conn) (untrack func()) {
 // pipe copies both directions until both end, half-closing as each side
 // finishes. Copies between *net.TCPConn and *net.UnixConn use splice.
 // It returns the bytes sent upstream and downstream.
-func (g *Gateway) pipe(client, upstream net.Conn) (up, down int64) {
-	defer g.track(client, upstream)()
+func (g *Gateway) pipe(id identity, client, upstream net.Conn) (up, down int64) {
+	defer g.trackTunnel(&tunnel{a: client, b: upstream, client: id.client, opaque: true})()
 	done := make(chan int64, 1)
 	go func() {
 		n, _ := relay(upstream, client)

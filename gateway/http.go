@@ -334,7 +334,7 @@ func (g *Gateway) intercept(conn net.Conn, id identity, d policy.Decision, e aud
 			return
 		}
 		e.Verdict, e.Addr = "allow", addr.String()
-		e.BytesUp, e.BytesDown = g.pipe(c, upstream)
+		e.BytesUp, e.BytesDown = g.pipe(id, c, upstream)
 	}
 	g.opt.Interceptor.Serve(context.Background(), conn, d, mitm.Meta{Session: id.session, Client: id.client, Proto: proto}, opaque)
 	e.DurationMS = msSince(start)
@@ -455,7 +455,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, id identi
 			raw = c
 		}
 	}
-	up, down := g.pipe(raw, upstream)
+	up, down := g.pipe(id, raw, upstream)
 	e.BytesUp += up
 	e.BytesDown = down
 	g.budgets.charge(id.client, matched, e.BytesUp, e.BytesDown)

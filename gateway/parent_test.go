@@ -1,12 +1,14 @@
 package gateway
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -106,8 +108,11 @@ func TestParseParentErrors(t *testing.T) {
 	}
 }
 
+const otherToken = "other-client-token"
+
 // TestQuarantineAfterLeak: once a leak was blocked and quarantine is on,
-// every further request of the session is refused.
+// every further request of the session is refused, and its open tunnels
+// are closed; another client is not affected.
 func TestQuarantineAfterLeak(t *testing.T) {
 	_, port, _ := upstream(t)
 	set, _, err := credentials.Load([]credentials.Spec{{Name: "GITHUB_TOKEN", Mode: "mask", InjectHosts: []string{"bound.test"}}},
@@ -118,7 +123,10 @@ func TestQuarantineAfterLeak(t *testing.T) {
 	sentinel := set.Bindings()[0].Sentinel
 	q := NewQuarantine(true)
 	e := newEnv(t, policy.Spec{Allow: []string{"127.0.0.1", "bound.test"}, AllowedAddrs: loopbackCarveOut},
-		func(o *Options) { o.Credentials, o.Quarantine = set, q })
+		func(o *Options) {
+			o.Credentials, o.Quarantine = set, q
+			o.Tokens[otherToken] = "other"
+		})
 	get := func(url, hdr string) *http.Response {
 		req, _ := http.NewRequest("GET", url, nil)
 		if hdr != "" {
@@ -135,11 +143,40 @@ func TestQuarantineAfterLeak(t *testing.T) {
 	if r := get(target, ""); r.StatusCode != 200 {
 		t.Fatalf("before the leak: %d", r.StatusCode)
 	}
+	// A tunnel opened before the leak, and one of another client.
+	openTunnel := func(token string) (net.Conn, *bufio.Reader) {
+		c, err := net.DialTimeout("tcp", e.addr, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		hp := target[len("http://") : len(target)-1]
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: Basic %s\r\n\r\n", hp, hp, basic("moat.s1.c1", token))
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("CONNECT before the leak: %v %v", resp, err)
+		}
+		return c, br
+	}
+	tun, tunR := openTunnel(testToken)
+	other, otherR := openTunnel(otherToken)
 	if r := get(target, sentinel); r.StatusCode != 403 || r.Header.Get("X-Proxy-Error") != "blocked-credential-leak" {
 		t.Fatalf("leak: %d %q", r.StatusCode, r.Header.Get("X-Proxy-Error"))
 	}
 	if r := get(target, ""); r.StatusCode != 403 || r.Header.Get("X-Moat-Reason") != "quarantined" {
 		t.Errorf("after the leak: %d %q, want 403 quarantined", r.StatusCode, r.Header.Get("X-Moat-Reason"))
+	}
+	// The open tunnel of the quarantined client is closed by the gateway;
+	// the other client's still works.
+	tun.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := tunR.ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the quarantined client's open tunnel still open after the leak (read: %v)", err)
+	}
+	other.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(other, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+	if resp, err := http.ReadResponse(otherR, nil); err != nil || resp.StatusCode != 200 {
+		t.Errorf("another client's tunnel after the leak: %v %v", resp, err)
 	}
 	if cresp, _ := rawConnect(t, e.addr, target[len("http://"):len(target)-1], testToken); cresp.StatusCode != 403 {
 		t.Errorf("CONNECT after the leak: %d", cresp.StatusCode)

@@ -11,6 +11,9 @@ type Quarantine struct {
 	enabled bool
 	mu      sync.Mutex
 	hit     map[string]bool
+	// watchers are told each client that becomes quarantined (a gateway
+	// closes the client's open tunnels).
+	watchers []func(client string)
 }
 
 // NewQuarantine returns a Quarantine that acts only when enabled.
@@ -24,7 +27,24 @@ func (q *Quarantine) Leak(client, credential string) {
 		return
 	}
 	q.mu.Lock()
+	first := !q.hit[client]
 	q.hit[client] = true
+	watchers := q.watchers
+	q.mu.Unlock()
+	if first {
+		for _, w := range watchers {
+			w(client)
+		}
+	}
+}
+
+// watch registers f to be told each client that becomes quarantined.
+func (q *Quarantine) watch(f func(client string)) {
+	if q == nil || !q.enabled {
+		return
+	}
+	q.mu.Lock()
+	q.watchers = append(q.watchers, f)
 	q.mu.Unlock()
 }
 

@@ -199,7 +199,7 @@ func (g *Gateway) socksConnect(ctx context.Context, w io.Writer, r *socks5.Reque
 			raw = c
 		}
 	}
-	up, down := g.pipe(raw, upstream)
+	up, down := g.pipe(st.id, raw, upstream)
 	e.BytesUp += up
 	e.BytesDown = down
 	g.budgets.charge(st.id.client, st.budget, e.BytesUp, e.BytesDown)

@@ -13,7 +13,7 @@ import (
 // the whole `moat run`, or one token of the daemon.
 type Budget struct {
 	Pattern   string // host pattern, allow-list syntax
-	Requests  int64  // connections plus plain-HTTP requests
+	Requests  int64  // connections plus HTTP requests (plain, or inside terminated TLS)
 	BytesUp   int64
 	BytesDown int64
 }
@@ -93,6 +93,17 @@ func (b *budgets) charge(client string, matched []int, up, down int64) {
 	for _, i := range matched {
 		u[i].up += up
 		u[i].down += down
+	}
+}
+
+// mitmHook counts the requests inside terminated TLS connections.
+func (b *budgets) mitmHook() func(client string, d policy.Decision) (func(up, down int64), string) {
+	return func(client string, d policy.Decision) (func(up, down int64), string) {
+		matched, spent := b.admit(client, d)
+		if spent != nil {
+			return nil, spent.Pattern
+		}
+		return func(up, down int64) { b.charge(client, matched, up, down) }, ""
 	}
 }
 

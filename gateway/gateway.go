@@ -160,6 +160,9 @@ func New(o Options) (*Gateway, error) {
 	if g.budgets, err = newBudgets(o.Budgets); err != nil {
 		return nil, err
 	}
+	if g.budgets != nil && o.Interceptor != nil {
+		o.Interceptor.SetBudget(g.budgets.mitmHook())
+	}
 	g.setupHTTP()
 	g.setupSOCKS()
 	// A quarantined client keeps no open tunnel: bytes in an opaque

@@ -414,8 +414,8 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, id identi
 	}
 	if d.Verdict == policy.Inspect {
 		up, down := g.inspectConnect(w, id, d, e, start)
-		// Bytes of an opaque fallback; requests inside TLS are not
-		// counted per request.
+		// Bytes of an opaque fallback; each request inside TLS is
+		// admitted and charged by the interceptor (SetBudget).
 		g.budgets.charge(id.client, matched, up, down)
 		return
 	}

@@ -3,9 +3,11 @@ package gateway
 import (
 	"bufio"
 	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -144,5 +146,71 @@ func TestInspectedConnectRulesHaveNoOpaqueBypass(t *testing.T) {
 	io.ReadAll(br)
 	if n := hits.Load(); n != 0 {
 		t.Errorf("plaintext through an inspected CONNECT reached the upstream %d times", n)
+	}
+}
+
+// TestBudgetsInsideTLS: every request inside a terminated connection
+// counts against network.budgets (requests and bytes), not only the
+// CONNECT that opened it.
+func TestBudgetsInsideTLS(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "hello, budget") // 13 bytes
+	}))
+	defer srv.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	auth, err := ca.LoadOrCreate(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, _ := mitm.CompileRules(nil, nil)
+	for _, tc := range []struct {
+		name   string
+		budget Budget
+		ok     int // requests answered 200 before the 403
+	}{
+		// The CONNECT is one of the three.
+		{"requests", Budget{Pattern: "127.0.0.1", Requests: 3, BytesUp: -1, BytesDown: -1}, 2},
+		{"bytes", Budget{Pattern: "127.0.0.1", Requests: -1, BytesUp: -1, BytesDown: 20}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, policy.Spec{Allow: []string{"127.0.0.1"}, InspectAll: true, AllowedAddrs: loopbackCarveOut}, func(o *Options) {
+				i, err := mitm.New(mitm.Options{CA: auth, Rules: rules, Dial: o.Dialer.DialContext, UpstreamRoots: roots})
+				if err != nil {
+					t.Fatal(err)
+				}
+				o.Interceptor = i
+				o.Budgets = []Budget{tc.budget}
+			})
+			c := e.client(testToken)
+			tr := c.Transport.(*http.Transport)
+			tr.DisableKeepAlives = false
+			tr.TLSClientConfig = &tls.Config{RootCAs: auth.Pool()}
+			for i := 0; i <= tc.ok; i++ {
+				resp, err := c.Get(srv.URL + "/")
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				want := 200
+				if i == tc.ok {
+					want = 403
+				}
+				if resp.StatusCode != want || (want == 403 && resp.Header.Get("X-Moat-Reason") != mitm.CodeBudget) {
+					t.Errorf("request %d: %d %q, want %d", i, resp.StatusCode, resp.Header.Get("X-Moat-Reason"), want)
+				}
+			}
+			tr.CloseIdleConnections()
+			connects := 0
+			for _, ev := range e.audit.events() {
+				if ev.Proto == "connect" {
+					connects++
+				}
+			}
+			if connects > 1 {
+				t.Errorf("%d CONNECTs: the requests did not share one terminated connection", connects)
+			}
+		})
 	}
 }

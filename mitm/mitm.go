@@ -73,6 +73,19 @@ type Options struct {
 	Quarantined func(client string) bool
 }
 
+// BudgetFunc admits one request of client to d's host against the
+// session's budgets (network.budgets). It returns the function to charge
+// the request's bytes to, or the pattern of a spent budget.
+type BudgetFunc func(client string, d policy.Decision) (charge func(up, down int64), spent string)
+
+// CodeBudget is the reason code of a request refused by a spent budget.
+const CodeBudget = "budget-exhausted"
+
+// SetBudget makes every request inside a terminated connection count
+// against budget, as the gateway's own plain-HTTP requests do. Call it
+// before the first Serve.
+func (i *Interceptor) SetBudget(budget BudgetFunc) { i.budget = budget }
+
 // Meta attributes a connection in audit events.
 type Meta struct {
 	Session, Client string
@@ -82,12 +95,13 @@ type Meta struct {
 // Interceptor terminates TLS for inspected connections. It is safe for
 // concurrent use.
 type Interceptor struct {
-	o     Options
-	log   *slog.Logger
-	audit audit.Sink
-	tr    *PerClientTransport
-	proxy *httputil.ReverseProxy
-	h2    *http2.Server
+	o      Options
+	budget BudgetFunc
+	log    *slog.Logger
+	audit  audit.Sink
+	tr     *PerClientTransport
+	proxy  *httputil.ReverseProxy
+	h2     *http2.Server
 }
 
 // New checks o and builds an Interceptor. A missing CA, rule set or dialer
@@ -476,7 +490,11 @@ func (h *connHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Host: h.d.Host.String(), Port: h.d.Port, Policy: h.i.o.PolicyHash,
 		Method: r.Method, Path: auditPath(r),
 	}
+	var charge func(up, down int64)
 	defer func() {
+		if charge != nil {
+			charge(body.n, sw.bytes)
+		}
 		ev.Status = sw.status
 		ev.BytesUp, ev.BytesDown = body.n, sw.bytes
 		ev.Addr = st.addr
@@ -492,6 +510,17 @@ func (h *connHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ev.Rule, ev.Reason = rep.rule, rep.code
 		rep.write(sw)
 		return
+	}
+	if h.i.budget != nil {
+		var spent string
+		if charge, spent = h.i.budget(h.m.Client, h.d); spent != "" {
+			dec := RuleDecision{RuleID: "budget:" + spent, Code: CodeBudget,
+				Reason: fmt.Sprintf("Connection blocked: this session's budget for %s is spent (network.budgets)", spent)}
+			rep := denyReply(dec)
+			ev.Verdict, ev.Rule, ev.Reason = policy.Deny.String(), rep.rule, rep.code
+			rep.write(sw)
+			return
+		}
 	}
 	ev.Verdict = policy.Allow.String()
 

@@ -417,7 +417,7 @@ func TestSandboxRunThatNeverRunsLeavesNothing(t *testing.T) {
 
 // TestSandboxSymlinkedDenies: a denyRead entry that is a symlink hides its
 // target, and a protected name that is a symlink protects the file it
-// points to.
+// points to and cannot itself be removed, renamed or replaced.
 func TestSandboxSymlinkedDenies(t *testing.T) {
 	b := newBox(t, "")
 	real := filepath.Join(filepath.Dir(b.home), "elsewhere")
@@ -437,5 +437,18 @@ func TestSandboxSymlinkedDenies(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(filepath.Join(real, "dot", "bashrc")); string(got) != "# dotfile\n" {
 		t.Errorf("the file behind a symlinked .bashrc was written: %q\n%s", got, out)
+	}
+	// The link itself cannot be replaced either (the project is writable).
+	out, _ = b.sh(t, `cat .bashrc; rm -f .bashrc 2>/dev/null; mv .bashrc moved 2>/dev/null; ln -sf /tmp/evil .bashrc 2>/dev/null
+echo evil > new 2>/dev/null && mv -f new .bashrc 2>/dev/null; echo done`)
+	if !strings.Contains(out, "# dotfile") || !strings.Contains(out, "done") {
+		t.Errorf("reading the symlinked .bashrc inside: %q", out)
+	}
+	target, err := os.Readlink(filepath.Join(b.project, ".bashrc"))
+	if err != nil || target != filepath.Join(real, "dot", "bashrc") {
+		t.Errorf("the .bashrc symlink was replaced from inside: readlink = %q, %v\n%s", target, err, out)
+	}
+	if _, err := os.Lstat(filepath.Join(b.project, "moved")); err == nil {
+		t.Errorf("the .bashrc symlink was renamed from inside")
 	}
 }

@@ -102,6 +102,10 @@ type Mount struct {
 	// created there for the duration of the run (and removed afterwards), so
 	// the name cannot be created from inside.
 	Placeholder bool `json:",omitempty"`
+	// NoFollow means Target is a symlink that is covered itself, not
+	// followed: a mount point cannot be removed or renamed, so the link
+	// cannot be replaced by a file of the command's.
+	NoFollow bool `json:",omitempty"`
 }
 
 func (m Mount) String() string {
@@ -114,6 +118,9 @@ func (m Mount) String() string {
 	}
 	if m.Placeholder {
 		s += " [placeholder]"
+	}
+	if m.NoFollow {
+		s += " [the symlink itself]"
 	}
 	return s
 }
@@ -321,7 +328,20 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 		depth = 0
 	}
 	ex, miss := MandatoryDenies(mroots, depth, s.AllowGitConfig)
+	// A protected name that is a symlink to a file (.bashrc -> dotfiles):
+	// its target is protected below, and the link itself is covered by a
+	// read-only bind of that target, so it cannot be unlinked, renamed or
+	// replaced inside a writable directory.
+	var linkProtect []Mount
 	for _, e := range ex {
+		if fi, err := os.Lstat(e); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			link := filepath.Join(resolveLinks(filepath.Dir(e)), filepath.Base(e))
+			if t, err := filepath.EvalSymlinks(link); err == nil && isWritable(filepath.Dir(link)) {
+				if tfi, err := os.Stat(t); err == nil && tfi.Mode().IsRegular() {
+					linkProtect = append(linkProtect, Mount{Kind: MountBind, Source: t, Target: link, Flags: "ro", NoFollow: true})
+				}
+			}
+		}
 		e = resolveLinks(e)
 		if isWritable(e) {
 			roProtect = append(roProtect, e)
@@ -351,7 +371,11 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	// .git/config where the protected one was.
 	var pins []string
 	pinned := map[string]bool{}
-	for _, list := range [][]string{roProtect, placeholders} {
+	var links []string
+	for _, m := range linkProtect {
+		links = append(links, m.Target)
+	}
+	for _, list := range [][]string{roProtect, placeholders, links} {
 		for _, x := range list {
 			root := longestRoot(x, writable)
 			if root == "" {
@@ -374,6 +398,9 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	}
 	for _, m := range placeholders {
 		add(Mount{Kind: MountEmpty, Source: empty, Target: m, Flags: "ro", Placeholder: true})
+	}
+	for _, m := range linkProtect {
+		add(m)
 	}
 
 	// Masked files: the replacement shadows the real file.

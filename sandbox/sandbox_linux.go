@@ -628,6 +628,28 @@ func buildMounts(cfg *initConfig) error {
 	return nil
 }
 
+// bindOverSymlink mounts a clone of source on the symlink target itself
+// (move_mount without MOVE_MOUNT_T_SYMLINKS does not follow the last
+// component), read-only if asked, before it is attached.
+func bindOverSymlink(source, target string, ro bool) error {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, source, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("open_tree %s: %w", source, err)
+	}
+	defer unix.Close(fd)
+	var set uint64 = unix.MOUNT_ATTR_NOSUID
+	if ro {
+		set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: set}); err != nil {
+		return fmt.Errorf("mount_setattr: %w", err)
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("move_mount onto the symlink: %w", err)
+	}
+	return nil
+}
+
 func setattr(path string, flags uint, set uint64) error {
 	return unix.MountSetattr(-1, path, flags, &unix.MountAttr{Attr_set: set})
 }
@@ -643,6 +665,9 @@ func applyMount(m Mount, target string) error {
 	case MountDev:
 		return mountDev(target)
 	case MountBind, MountSocket:
+		if m.NoFollow {
+			return bindOverSymlink(m.Source, target, ro)
+		}
 		fi, err := os.Stat(m.Source)
 		if err != nil {
 			return err

@@ -1,7 +1,7 @@
 # moat's build. Every target installs what it needs on a Debian machine with Go.
 SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PKGS := libseccomp-dev pkg-config iproute2 curl git python3 wrk
+APT_PKGS := libseccomp-dev pkg-config iproute2 curl git python3 wrk bsdutils
 BIN := bin/moat
 
 .PHONY: deps build demo test unit e2e bench fuzz lint

@@ -367,6 +367,24 @@ func TestSandboxParallelRunsLeaveNothing(t *testing.T) {
 	}
 }
 
+// TestSandboxTerminal: on a terminal, the command's standard streams are
+// that terminal and tty(1) names it; off a terminal it says so.
+func TestSandboxTerminal(t *testing.T) {
+	need(t, "script")
+	b := newBox(t, "")
+	cmdline := fmt.Sprintf("%s run --settings %s -- sh -c 'tty; test -t 0 && test -t 1 && echo both-terminals'", moatBin, b.settings)
+	cmd := exec.Command("script", "-qec", cmdline, "/dev/null")
+	cmd.Dir = b.project
+	cmd.Env = append(cleanEnv(), "HOME="+b.home)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "/dev/console") || !strings.Contains(string(out), "both-terminals") {
+		t.Errorf("on a terminal: %v\n%s", err, out)
+	}
+	if out, code := b.sh(t, "tty"); code != 1 || !strings.Contains(out, "not a tty") {
+		t.Errorf("off a terminal: exit %d, %q", code, out)
+	}
+}
+
 // TestSandboxRunThatNeverRunsLeavesNothing: `moat run` boots the sandbox's
 // PID 1 while it parses its command line; a run that stops at the command
 // line (help, a bad flag, no command, bad settings) keeps its exit code and

@@ -763,6 +763,31 @@ func mountDev(dev string) error {
 	if err := unix.Mount("tmpfs", filepath.Join(dev, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
 		return fmt.Errorf("/dev/shm: %w", err)
 	}
+	// The terminal moat runs on, under a name ttyname(3) finds: the
+	// private devpts does not hold it, so tty(1) said "not a tty". As in
+	// container runtimes, it is /dev/console. The command holds that
+	// terminal as a standard stream already (TIOCSTI stays refused); a
+	// failure here only loses the name.
+	for fd := 0; fd <= 2; fd++ {
+		if _, err := unix.IoctlGetTermios(fd, unix.TCGETS); err != nil {
+			continue
+		}
+		// By its name in this mount namespace (a bind from the descriptor
+		// itself would name the host namespace's mount), if that name is
+		// still the same device.
+		name, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+		var byFD, byName unix.Stat_t
+		if err == nil && strings.HasPrefix(name, "/dev/") && unix.Fstat(fd, &byFD) == nil &&
+			unix.Stat(name, &byName) == nil && byName.Rdev == byFD.Rdev && byName.Mode&unix.S_IFMT == unix.S_IFCHR {
+			t := filepath.Join(dev, "console")
+			if ensureMountpoint(t, false) == nil {
+				if unix.Mount(name, t, "", unix.MS_BIND|unix.MS_NOSUID|unix.MS_NOEXEC, "") != nil {
+					_ = os.Remove(t)
+				}
+			}
+		}
+		break
+	}
 	for name, to := range map[string]string{"ptmx": "pts/ptmx", "fd": "/proc/self/fd",
 		"stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
 		if err := os.Symlink(to, filepath.Join(dev, name)); err != nil {

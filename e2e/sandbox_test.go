@@ -470,6 +470,55 @@ echo evil > new 2>/dev/null && mv -f new .bashrc 2>/dev/null; echo done`)
 	}
 }
 
+// TestSandboxProtectedLinkChains: protected names reached through links
+// that sit in the writable project: a chain of links, a linked directory
+// on the way, a dangling link, and a link into a denied directory. None
+// can be swapped for a file of the command's, and the denied file stays
+// unreadable.
+func TestSandboxProtectedLinkChains(t *testing.T) {
+	b := newBox(t, "")
+	outside := filepath.Join(filepath.Dir(b.home), "outside")
+	secret := filepath.Join(b.home, "secret")
+	for _, d := range []string{outside, secret} {
+		os.MkdirAll(d, 0o755)
+	}
+	os.WriteFile(filepath.Join(outside, "bashrc"), []byte("# chain\n"), 0o644)
+	os.WriteFile(filepath.Join(outside, "zshrc"), []byte("# dir link\n"), 0o644)
+	os.WriteFile(filepath.Join(secret, "mcp.json"), []byte("DENIEDCONTENT\n"), 0o644)
+	p := b.project
+	os.Symlink("hop", filepath.Join(p, ".bashrc"))                        // .bashrc -> hop -> outside/bashrc
+	os.Symlink(filepath.Join(outside, "bashrc"), filepath.Join(p, "hop")) //
+	os.Symlink("dots/zshrc", filepath.Join(p, ".zshrc"))                  // .zshrc -> dots/zshrc, dots -> outside
+	os.Symlink(outside, filepath.Join(p, "dots"))
+	os.Symlink("nowhere/profile", filepath.Join(p, ".profile"))                  // dangling
+	os.Symlink(filepath.Join(secret, "mcp.json"), filepath.Join(p, ".mcp.json")) // into denyRead
+	data, _ := os.ReadFile(b.settings)
+	data = bytes.Replace(data, []byte("denyRead: ["), []byte(fmt.Sprintf("denyRead: [%q, ", secret)), 1)
+	os.WriteFile(b.settings, data, 0o600)
+	out, code := b.sh(t, `cat .bashrc .zshrc; cat .mcp.json 2>&1
+rm -f hop 2>/dev/null; echo evil > hop 2>/dev/null
+rm -f dots 2>/dev/null; mkdir dots 2>/dev/null; echo evil > dots/zshrc 2>/dev/null
+mkdir -p nowhere 2>/dev/null; echo evil > nowhere/profile 2>/dev/null; echo evil > .profile 2>/dev/null
+echo done`)
+	if code != 0 || !strings.Contains(out, "# chain") || !strings.Contains(out, "# dir link") || !strings.Contains(out, "done") {
+		t.Errorf("inside: exit %d\n%s", code, out)
+	}
+	if strings.Contains(out, "DENIEDCONTENT") {
+		t.Errorf("a protected link into a denied directory exposed it:\n%s", out)
+	}
+	for name, want := range map[string]string{".bashrc": "# chain\n", ".zshrc": "# dir link\n"} {
+		if got, err := os.ReadFile(filepath.Join(p, name)); err != nil || string(got) != want {
+			t.Errorf("host %s now reads %q (%v), want %q", name, got, err, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(p, ".profile")); err == nil {
+		t.Errorf("the dangling .profile link now leads to a file the command wrote")
+	}
+	if _, err := os.Lstat(filepath.Join(p, "nowhere")); err == nil {
+		t.Errorf("the dangling link's missing directory was created on the host")
+	}
+}
+
 // sandboxProcs lists the live sandbox PID 1 processes of this test's moat
 // binary (other packages' tests, run at the same time, start their own).
 func sandboxProcs(t *testing.T) []int {

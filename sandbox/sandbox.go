@@ -102,9 +102,9 @@ type Mount struct {
 	// created there for the duration of the run (and removed afterwards), so
 	// the name cannot be created from inside.
 	Placeholder bool `json:",omitempty"`
-	// NoFollow means Target is a symlink that is covered itself, not
-	// followed: a mount point cannot be removed or renamed, so the link
-	// cannot be replaced by a file of the command's.
+	// NoFollow means Target is a symlink bound onto itself without being
+	// followed: it still resolves as before, but as a mount point it
+	// cannot be removed, renamed or replaced (EBUSY).
 	NoFollow bool `json:",omitempty"`
 }
 
@@ -120,7 +120,7 @@ func (m Mount) String() string {
 		s += " [placeholder]"
 	}
 	if m.NoFollow {
-		s += " [the symlink itself]"
+		s += " [symlink pinned]"
 	}
 	return s
 }
@@ -328,25 +328,39 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 		depth = 0
 	}
 	ex, miss := MandatoryDenies(mroots, depth, s.AllowGitConfig)
-	// A protected name that is a symlink to a file (.bashrc -> dotfiles):
-	// its target is protected below, and the link itself is covered by a
-	// read-only bind of that target, so it cannot be unlinked, renamed or
-	// replaced inside a writable directory.
-	var linkProtect []Mount
+	// A protected name reached through symlinks (.bashrc -> dotfiles/bashrc,
+	// or a linked directory on the way): the file it resolves to is
+	// protected, or held by a placeholder if it does not exist, and every
+	// link on the way that sits in a writable directory is pinned, so the
+	// command cannot swap one for a path of its own that the host would
+	// follow later.
+	var linkPins []string
 	for _, e := range ex {
-		if fi, err := os.Lstat(e); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-			link := filepath.Join(resolveLinks(filepath.Dir(e)), filepath.Base(e))
-			if t, err := filepath.EvalSymlinks(link); err == nil && isWritable(filepath.Dir(link)) {
-				if tfi, err := os.Stat(t); err == nil && tfi.Mode().IsRegular() {
-					linkProtect = append(linkProtect, Mount{Kind: MountBind, Source: t, Target: link, Flags: "ro", NoFollow: true})
-				}
+		links, final := linkChain(e)
+		if len(links) == 0 {
+			if isWritable(e) {
+				roProtect = append(roProtect, e)
+			}
+			continue
+		}
+		for _, l := range links {
+			if isWritable(filepath.Dir(l)) {
+				linkPins = append(linkPins, l)
 			}
 		}
-		e = resolveLinks(e)
-		if isWritable(e) {
-			roProtect = append(roProtect, e)
+		switch {
+		case final == "": // a loop: nothing can be written through it
+		case exists(final):
+			if isWritable(final) {
+				roProtect = append(roProtect, final)
+			}
+		default:
+			if m := firstMissing("/", strings.TrimPrefix(final, "/")); m != "" && isWritable(filepath.Dir(m)) {
+				miss = append(miss, m)
+			}
 		}
 	}
+	linkPins = dedupe(linkPins)
 	for _, m := range miss {
 		if isWritable(filepath.Dir(m)) {
 			placeholders = append(placeholders, m)
@@ -371,11 +385,7 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	// .git/config where the protected one was.
 	var pins []string
 	pinned := map[string]bool{}
-	var links []string
-	for _, m := range linkProtect {
-		links = append(links, m.Target)
-	}
-	for _, list := range [][]string{roProtect, placeholders, links} {
+	for _, list := range [][]string{roProtect, placeholders, linkPins} {
 		for _, x := range list {
 			root := longestRoot(x, writable)
 			if root == "" {
@@ -399,8 +409,8 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	for _, m := range placeholders {
 		add(Mount{Kind: MountEmpty, Source: empty, Target: m, Flags: "ro", Placeholder: true})
 	}
-	for _, m := range linkProtect {
-		add(m)
+	for _, l := range linkPins {
+		add(Mount{Kind: MountBind, Source: l, Target: l, Flags: "ro", NoFollow: true})
 	}
 
 	// Masked files: the replacement shadows the real file.
@@ -457,6 +467,48 @@ func expandGlob(p string) []string {
 		m[i] = resolveLinks(m[i])
 	}
 	return m
+}
+
+// linkChain resolves p one component at a time, as the kernel does, and
+// returns every symlink it passes (each named with its directory resolved)
+// and the path it ends at, which may not exist. final is "" for a loop.
+func linkChain(p string) (links []string, final string) {
+	rest := strings.Split(strings.TrimPrefix(filepath.Clean(p), "/"), "/")
+	cur := "/"
+	for hops := 0; len(rest) > 0; {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur)
+			continue
+		}
+		next := filepath.Join(cur, c)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			// Missing from here on: the rest is lexical.
+			return links, filepath.Join(append([]string{next}, rest...)...)
+		}
+		if fi.Mode()&os.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		if hops++; hops > 40 { // the kernel's limit too (ELOOP)
+			return links, ""
+		}
+		links = append(links, next)
+		t, err := os.Readlink(next)
+		if err != nil {
+			return links, ""
+		}
+		if filepath.IsAbs(t) {
+			cur = "/"
+		}
+		rest = append(strings.Split(t, "/"), rest...)
+	}
+	return links, cur
 }
 
 // resolveLinks follows symlinks in an existing path: mount(2) follows them

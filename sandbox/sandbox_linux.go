@@ -628,22 +628,16 @@ func buildMounts(cfg *initConfig) error {
 	return nil
 }
 
-// bindOverSymlink mounts a clone of source on the symlink target itself
-// (move_mount without MOVE_MOUNT_T_SYMLINKS does not follow the last
-// component), read-only if asked, before it is attached.
-func bindOverSymlink(source, target string, ro bool) error {
-	fd, err := unix.OpenTree(unix.AT_FDCWD, source, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+// pinSymlink binds the symlink source onto target without following
+// either (open_tree with AT_SYMLINK_NOFOLLOW; move_mount without
+// MOVE_MOUNT_T_SYMLINKS): target still resolves where it did, but a mount
+// point cannot be removed or renamed.
+func pinSymlink(source, target string) error {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, source, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
 	if err != nil {
 		return fmt.Errorf("open_tree %s: %w", source, err)
 	}
 	defer unix.Close(fd)
-	var set uint64 = unix.MOUNT_ATTR_NOSUID
-	if ro {
-		set |= unix.MOUNT_ATTR_RDONLY
-	}
-	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: set}); err != nil {
-		return fmt.Errorf("mount_setattr: %w", err)
-	}
 	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("move_mount onto the symlink: %w", err)
 	}
@@ -666,7 +660,7 @@ func applyMount(m Mount, target string) error {
 		return mountDev(target)
 	case MountBind, MountSocket:
 		if m.NoFollow {
-			return bindOverSymlink(m.Source, target, ro)
+			return pinSymlink(m.Source, target)
 		}
 		fi, err := os.Stat(m.Source)
 		if err != nil {

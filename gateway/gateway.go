@@ -160,8 +160,11 @@ func New(o Options) (*Gateway, error) {
 	if g.budgets, err = newBudgets(o.Budgets); err != nil {
 		return nil, err
 	}
-	if g.budgets != nil && o.Interceptor != nil {
-		o.Interceptor.SetBudget(g.budgets.mitmHook())
+	if o.Interceptor != nil {
+		if g.budgets != nil {
+			o.Interceptor.SetBudget(g.budgets.mitmHook())
+		}
+		o.Interceptor.SetUpgradeTracker(g.trackUpgraded)
 	}
 	g.setupHTTP()
 	g.setupSOCKS()
@@ -437,6 +440,27 @@ func (t *tunnel) close() {
 }
 
 type closeWriter interface{ CloseWrite() error }
+
+// trackUpgraded registers a connection hijacked for a protocol upgrade
+// (WebSocket) as an opaque tunnel of client: its bytes are no longer
+// inspected, so a quarantine closes it. Closing the returned connection
+// forgets it.
+func (g *Gateway) trackUpgraded(client string, c net.Conn) net.Conn {
+	untrack := g.trackTunnel(&tunnel{a: c, b: c, client: client, opaque: true})
+	return &trackedConn{Conn: c, untrack: untrack}
+}
+
+type trackedConn struct {
+	net.Conn
+	once    sync.Once
+	untrack func()
+}
+
+func (c *trackedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.untrack)
+	return err
+}
 
 // closeTunnelsOf closes every opaque tunnel of client.
 func (g *Gateway) closeTunnelsOf(client string) {

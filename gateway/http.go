@@ -148,7 +148,7 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	st := &reqState{id: id}
 	ctx := context.WithValue(r.Context(), stateKey{}, st)
-	cw := &countingWriter{ResponseWriter: w}
+	cw := &countingWriter{ResponseWriter: w, track: func(c net.Conn) net.Conn { return g.trackUpgraded(id.client, c) }}
 	// Count what the client really sends: Content-Length is absent for a
 	// chunked upload.
 	body := &countingReader{ReadCloser: r.Body}
@@ -158,6 +158,11 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = body
 	}
 	g.proxy.ServeHTTP(cw, r.WithContext(ctx))
+	if cw.hijacked != nil {
+		// An upgraded (WebSocket) connection: goproxy returns when one
+		// direction ends and leaves the client's side open.
+		cw.hijacked.Close()
+	}
 	if !st.decided {
 		return // not a proxy request
 	}
@@ -480,6 +485,10 @@ type countingWriter struct {
 	http.ResponseWriter
 	status int
 	n      int64
+	// track registers a connection hijacked for a protocol upgrade;
+	// hijacked is that connection.
+	track    func(net.Conn) net.Conn
+	hijacked net.Conn
 }
 
 func (c *countingWriter) WriteHeader(code int) {
@@ -525,5 +534,10 @@ func (c *countingWriter) Flush() {
 func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 func (c *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	return http.NewResponseController(c.ResponseWriter).Hijack()
+	conn, brw, err := http.NewResponseController(c.ResponseWriter).Hijack()
+	if err != nil || c.track == nil {
+		return conn, brw, err
+	}
+	c.hijacked = c.track(conn)
+	return c.hijacked, brw, nil
 }

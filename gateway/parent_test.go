@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"strings"
@@ -249,5 +250,73 @@ func TestPerClientPolicy(t *testing.T) {
 	if _, err := New(Options{Policy: open, Dialer: &resolver.Dialer{Policy: open}, NoAuth: true,
 		Clients: map[string]ClientPolicy{"x": {}}}); !errors.Is(err, ErrNoPolicy) {
 		t.Errorf("a client without a policy: %v, want ErrNoPolicy", err)
+	}
+}
+
+// TestQuarantineClosesUpgradedConnections: a WebSocket opened through
+// plain-HTTP proxying before a leak carries no byte after it.
+func TestQuarantineClosesUpgradedConnections(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") == "" {
+			io.WriteString(w, "plain")
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		buf := make([]byte, 4)
+		for i := 0; i < 100; i++ { // bounded echo
+			if _, err := io.ReadFull(brw, buf); err != nil {
+				return
+			}
+			c.Write(append([]byte("echo:"), buf...))
+		}
+	}))
+	defer up.Close()
+	set, _, err := credentials.Load([]credentials.Spec{{Name: "GITHUB_TOKEN", Mode: "mask", InjectHosts: []string{"bound.test"}}},
+		func(string) string { return "ghp_quarantineTestSecret0123456789abcd" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, policy.Spec{Allow: []string{"127.0.0.1", "bound.test"}, AllowedAddrs: loopbackCarveOut},
+		func(o *Options) { o.Credentials, o.Quarantine = set, NewQuarantine(true) })
+	hostport := strings.TrimPrefix(up.URL, "http://")
+	c, err := net.DialTimeout("tcp", e.addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "GET http://%s/ws HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: Basic %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+		hostport, hostport, basic("u", testToken))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 101 {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	echo := func() (string, error) {
+		io.WriteString(c, "ping")
+		got := make([]byte, 9)
+		_, err := io.ReadFull(br, got)
+		return string(got), err
+	}
+	if got, err := echo(); err != nil || got != "echo:ping" {
+		t.Fatalf("before the leak: %q %v", got, err)
+	}
+	req, _ := http.NewRequest("GET", up.URL+"/", nil)
+	req.Header.Set("X-Token", set.Bindings()[0].Sentinel)
+	r2, err := e.client(testToken).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2.Body.Close()
+	if r2.Header.Get("X-Proxy-Error") != "blocked-credential-leak" {
+		t.Fatalf("the leak was not blocked: %d", r2.StatusCode)
+	}
+	if got, err := echo(); err == nil {
+		t.Errorf("the upgraded connection still carries bytes after the quarantine: %q", got)
 	}
 }

@@ -1,6 +1,7 @@
 package mitm
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -86,6 +87,14 @@ const CodeBudget = "budget-exhausted"
 // before the first Serve.
 func (i *Interceptor) SetBudget(budget BudgetFunc) { i.budget = budget }
 
+// SetUpgradeTracker hands every connection hijacked for a protocol upgrade
+// (WebSocket) to track, which may wrap it; the gateway closes a
+// quarantined client's upgraded connections, whose bytes are no longer
+// inspected. Call it before the first Serve.
+func (i *Interceptor) SetUpgradeTracker(track func(client string, c net.Conn) net.Conn) {
+	i.track = track
+}
+
 // Meta attributes a connection in audit events.
 type Meta struct {
 	Session, Client string
@@ -97,6 +106,7 @@ type Meta struct {
 type Interceptor struct {
 	o      Options
 	budget BudgetFunc
+	track  func(client string, c net.Conn) net.Conn
 	log    *slog.Logger
 	audit  audit.Sink
 	tr     *PerClientTransport
@@ -428,12 +438,21 @@ type connHandler struct {
 }
 
 // statusWriter records the status and the bytes written for the audit
-// line; Unwrap lets http.ResponseController reach Flush and Hijack
-// (WebSocket upgrades).
+// line; Unwrap lets http.ResponseController reach Flush, and Hijack
+// (WebSocket upgrades) hands the connection to the upgrade tracker.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
 	bytes  int64
+	track  func(net.Conn) net.Conn
+}
+
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil || w.track == nil {
+		return c, brw, err
+	}
+	return w.track(c), brw, nil
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -482,6 +501,9 @@ func auditPath(r *http.Request) string {
 func (h *connHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w}
+	if h.i.track != nil {
+		sw.track = func(c net.Conn) net.Conn { return h.i.track(h.m.Client, c) }
+	}
 	body := &countingBody{ReadCloser: r.Body}
 	r.Body = body
 	st := &reqState{d: h.d}

@@ -88,6 +88,7 @@ type harnessOpts struct {
 	dial     func(ctx context.Context, d policy.Decision) (net.Conn, netip.AddrPort, error)
 	upstream *httptest.Server
 	host     string
+	track    func(client string, c net.Conn) net.Conn
 }
 
 func upstreamEcho() http.Handler {
@@ -137,6 +138,9 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	h.i, err = New(Options{CA: auth, Rules: rs, UpstreamRoots: roots, Dial: dial, Audit: h.sink, PolicyHash: "ph"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.track != nil {
+		h.i.SetUpgradeTracker(o.track)
 	}
 	host := o.host
 	if host == "" {

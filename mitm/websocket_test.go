@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -27,13 +28,26 @@ func TestInterceptWebSocket(t *testing.T) {
 		defer c.Close()
 		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
 		buf := make([]byte, 4)
-		if _, err := io.ReadFull(brw, buf); err == nil {
+		for i := 0; i < 10; i++ { // bounded echo
+			if _, err := io.ReadFull(brw, buf); err != nil {
+				return
+			}
 			c.Write(append([]byte("echo:"), buf...))
 		}
 	}))
 	up.StartTLS()
 	t.Cleanup(up.Close)
-	h := newHarness(t, harnessOpts{upstream: up, rules: []Rule{{ID: "ws", Host: "example.com",
+	// The tracker sees the upgraded connection (the gateway closes it on
+	// a quarantine).
+	tracked := make(chan net.Conn, 4)
+	track := func(client string, c net.Conn) net.Conn {
+		if client != "c1" {
+			t.Errorf("upgrade tracked for client %q, want c1", client)
+		}
+		tracked <- c
+		return c
+	}
+	h := newHarness(t, harnessOpts{upstream: up, track: track, rules: []Rule{{ID: "ws", Host: "example.com",
 		Allow: []Match{{Methods: []string{"GET"}, Path: "/ws/**"}}}}})
 
 	dial := func() (*tls.Conn, *bufio.Reader) {
@@ -61,6 +75,16 @@ func TestInterceptWebSocket(t *testing.T) {
 	got := make([]byte, len("echo:ping"))
 	if _, err := io.ReadFull(br, got); err != nil || string(got) != "echo:ping" {
 		t.Fatalf("through the upgraded connection: %q %v", got, err)
+	}
+	select {
+	case tc := <-tracked:
+		tc.Close() // what a quarantine does
+		io.WriteString(c, "pong")
+		if _, err := io.ReadFull(br, got); err == nil {
+			t.Errorf("the upgraded connection carried %q after its tracked connection was closed", got)
+		}
+	default:
+		t.Errorf("the upgraded connection was not handed to the tracker")
 	}
 
 	c2, br2 := dial()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/moat-dev/moat/gateway/policy"
+	"github.com/moat-dev/moat/gateway/policy/canon"
 )
 
 // DefaultDenyRead are the credential stores the built-in default hides
@@ -146,6 +147,17 @@ func (f *File) Summary() string {
 		}
 		return strings.Join(ss, ", ")
 	}
+	// Patterns as the policy matches them: "GitHub.com." is github.com.
+	canonical := func(ss []string, deny bool) []string {
+		out := make([]string, 0, len(ss))
+		for _, s := range ss {
+			if p, err := canon.ParsePattern(s, deny); err == nil {
+				s = p.String()
+			}
+			out = append(out, s)
+		}
+		return out
+	}
 	n := &f.Network
 	switch {
 	case n.AllowAllDomains:
@@ -157,10 +169,10 @@ func (f *File) Summary() string {
 		if n.StrictAllowlist {
 			mode = "strict"
 		}
-		line("allowed", fmt.Sprintf("%s (%s)", list(n.AllowedDomains, ""), mode))
+		line("allowed", fmt.Sprintf("%s (%s)", list(canonical(n.AllowedDomains, false), ""), mode))
 	}
 	if len(n.DeniedDomains) > 0 {
-		line("denied", list(n.DeniedDomains, ""))
+		line("denied", list(canonical(n.DeniedDomains, true), ""))
 	}
 	if n.HTTPProxyPort != nil || n.SOCKSProxyPort != nil {
 		line("proxy", "moat decides, then chains through the HTTP proxy on localhost")
@@ -168,7 +180,7 @@ func (f *File) Summary() string {
 	if t := n.TLSTerminate; t != nil {
 		v := "terminated for every allowed host"
 		if len(t.ExcludeDomains) > 0 {
-			v += " except " + list(t.ExcludeDomains, "")
+			v += " except " + list(canonical(t.ExcludeDomains, false), "")
 		}
 		line("tls", v)
 	} else {

@@ -256,7 +256,6 @@ func TestValidateErrors(t *testing.T) {
 		path, msg string
 	}{
 		{"too broad", `{"network":{"allowedDomains":["a.test","b.test","*.com"]}}`, "network.allowedDomains[2]", `: "*.com" is too broad`},
-		{"non-canonical", `{"network":{"allowedDomains":["Example.COM."]}}`, "network.allowedDomains[0]", ` "Example.COM.": use "example.com"`},
 		{"deny star ok, allow star not", `{"network":{"allowedDomains":["*"],"deniedDomains":["*"]}}`, "network.allowedDomains[0]", `"*"`},
 		{"reason key", `{"network":{"deniedDomains":["a.test"],"deniedDomainReasons":{"b.test":"x"}}}`, `network.deniedDomainReasons["b.test"]`, "is not a network.deniedDomains entry"},
 		{"cidr", `{"network":{"deniedResolvedAddresses":["10.0.0.0/33"]}}`, "network.deniedResolvedAddresses[0]", "is not a CIDR"},
@@ -545,5 +544,44 @@ network:
 	_, err = Parse([]byte(in), "b")
 	if err == nil || !strings.Contains(err.Error(), "document is too large") {
 		t.Errorf("alias expansion: Parse = %v, want \"document is too large\"", err)
+	}
+}
+
+// TestNonCanonicalSpellingsLoad: srt matches hosts case-insensitively, so
+// an srt file may spell them any way that canonicalises; each entry then
+// decides exactly like its canonical form.
+func TestNonCanonicalSpellingsLoad(t *testing.T) {
+	f, err := Parse([]byte(`{"network":{"allowedDomains":["GitHub.com", "api.Example.COM.", "[0:0::1]:8080"],
+		"deniedDomains":["Evil.GitHub.com"], "deniedDomainReasons":{"Evil.GitHub.com":"not this one"}}}`), "srt.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := f.PolicySpec(nil)
+	if err != nil {
+		t.Fatalf("an srt file with non-canonical host spellings did not load: %v", err)
+	}
+	pol, err := policy.New(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		host string
+		port uint16
+		want policy.Verdict
+	}{
+		{"github.com", 443, policy.Allow},
+		{"api.example.com", 443, policy.Allow},
+		{"::1", 8080, policy.Allow},
+		{"::1", 8081, policy.Deny},
+		{"evil.github.com", 443, policy.Deny},
+		{"other.test", 443, policy.Deny},
+	} {
+		if d := pol.Decide(policy.Request{Proto: policy.ProtoConnect, Host: tc.host, Port: tc.port}); d.Verdict != tc.want {
+			t.Errorf("%s:%d = %v (%s), want %v", tc.host, tc.port, d.Verdict, d.Reason.Code(), tc.want)
+		}
+	}
+	d := pol.Decide(policy.Request{Proto: policy.ProtoConnect, Host: "evil.github.com", Port: 443})
+	if !strings.Contains(d.Message, "not this one") {
+		t.Errorf("the reason keyed by the deny entry as written was lost: %+v", d)
 	}
 }

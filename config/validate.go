@@ -77,24 +77,21 @@ func sortErrs(errs []error) {
 	}
 }
 
-// pattern parses a host pattern and insists on its canonical spelling, so
-// that what the file says is exactly what the policy matches. ok is false
-// only when s does not parse at all.
+// pattern parses a host pattern. Any spelling that canonicalises is
+// accepted (srt matches hosts case-insensitively, so "GitHub.com" and
+// "github.com." are the same entry; srt files must load unchanged): the
+// policy matches the canonical form, which `moat policy validate` prints.
+// ok is false only when s does not parse at all.
 func (v *validator) pattern(p, s string, deny, noPort bool) (canon.Pattern, bool) {
 	pat, err := canon.ParsePattern(s, deny)
 	if err != nil {
 		v.add(p, "%s", err.Error())
 		return pat, false
 	}
-	want := pat
-	if noPort {
+	if noPort && pat.Port != 0 {
+		want := pat
 		want.Port = 0
-	}
-	switch c := want.String(); {
-	case noPort && pat.Port != 0:
-		v.errs = append(v.errs, &FieldError{Path: p, Value: s, Msg: fmt.Sprintf("takes no port: use %q", c)})
-	case c != s:
-		v.errs = append(v.errs, &FieldError{Path: p, Value: s, Msg: fmt.Sprintf("use %q", c)})
+		v.errs = append(v.errs, &FieldError{Path: p, Value: s, Msg: fmt.Sprintf("takes no port: use %q", want.String())})
 	}
 	return pat, true
 }

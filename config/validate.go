@@ -152,6 +152,9 @@ func (v *validator) network(n *Network) {
 	v.paths("network.allowUnixSockets", n.AllowUnixSockets)
 	v.port("network.httpProxyPort", n.HTTPProxyPort)
 	v.port("network.socksProxyPort", n.SOCKSProxyPort)
+	if n.SOCKSProxyPort != nil && n.HTTPProxyPort == nil && n.ParentProxy == nil {
+		v.add("network.socksProxyPort", "moat chains only through HTTP proxies; set network.httpProxyPort or network.parentProxy instead")
+	}
 	if t := n.TLSTerminate; t != nil {
 		if (t.CACertPath == "") != (t.CAKeyPath == "") {
 			v.add("network.tlsTerminate", "caCertPath and caKeyPath must be given together")

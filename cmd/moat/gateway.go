@@ -92,9 +92,6 @@ func (st *stack) gatewayOptions(sink audit.Sink, log *slog.Logger, s stdio) (gat
 			return o, nil, withCode(exitUsage, err)
 		}
 	}
-	if n.SOCKSProxyPort != nil && n.HTTPProxyPort == nil && n.ParentProxy == nil {
-		return o, nil, usageErr("network.socksProxyPort: moat chains only through HTTP proxies; set network.httpProxyPort or network.parentProxy instead")
-	}
 	unlimited := func(p *int64) int64 {
 		if p == nil {
 			return -1

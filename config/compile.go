@@ -191,7 +191,7 @@ func (f *File) Summary() string {
 	}
 	fs := &f.Filesystem
 	if fs.Disabled {
-		line("filesystem", "no restrictions (filesystem.disabled)")
+		line("filesystem", "writable everywhere, no filesystem rules (filesystem.disabled); moat's own settings and CA key stay protected")
 	} else {
 		w := clone(fs.AllowWrite)
 		if fs.PrivateTmp {

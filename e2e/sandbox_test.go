@@ -385,6 +385,40 @@ func TestSandboxTerminal(t *testing.T) {
 	}
 }
 
+// TestSandboxFilesystemDisabled: srt's filesystem.disabled leaves only the
+// network sandboxed: writes anywhere reach the host and denyRead is off,
+// but moat's own settings stay read-only and the network still goes
+// through the gateway alone.
+func TestSandboxFilesystemDisabled(t *testing.T) {
+	b := newBox(t, "")
+	data, _ := os.ReadFile(b.settings)
+	i := bytes.Index(data, []byte("filesystem:"))
+	j := bytes.Index(data, []byte("dns:"))
+	if i < 0 || j < i {
+		t.Fatalf("unexpected settings layout:\n%s", data)
+	}
+	data = append(append(append([]byte{}, data[:i]...), "filesystem:\n  disabled: true\n"...), data[j:]...)
+	os.WriteFile(b.settings, data, 0o600)
+	outside := filepath.Join(b.home, "outside.txt")
+	out, code := b.sh(t, fmt.Sprintf(`echo written > %s && echo write-ok
+cat %s
+echo widened >> %s 2>/dev/null || echo settings-refused
+curl -s -o /dev/null -w '%%{http_code}\n' %s/bytes/64
+curl -s -m 3 --noproxy '*' http://%s:%s/ >/dev/null 2>&1 || echo direct-refused`,
+		outside, filepath.Join(b.secret, "key"), b.settings, b.up, b.upIP, b.port))
+	for _, want := range []string{"write-ok", "top secret", "settings-refused", "200", "direct-refused"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("filesystem.disabled: want %q in the output (exit %d):\n%s", want, code, out)
+		}
+	}
+	if got, _ := os.ReadFile(outside); string(got) != "written\n" {
+		t.Errorf("a write outside the project did not reach the host: %q", got)
+	}
+	if got, _ := os.ReadFile(b.settings); bytes.Contains(got, []byte("widened")) {
+		t.Errorf("the settings file in use was written from inside")
+	}
+}
+
 // TestSandboxRunThatNeverRunsLeavesNothing: `moat run` boots the sandbox's
 // PID 1 while it parses its command line; a run that stops at the command
 // line (help, a bad flag, no command, bad settings) keeps its exit code and

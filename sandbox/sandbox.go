@@ -69,6 +69,11 @@ type Spec struct {
 	// container that forbids nested user namespaces and fresh /proc mounts:
 	// the host's /proc and /sys are bound read-only. It prints a warning to Stderr.
 	WeakerNested bool
+	// OpenFilesystem is srt's filesystem.disabled: the whole file system
+	// is writable and the mandatory denies are off; only DenyRead and
+	// DenyWrite (which the CLI limits to moat's own files then) still apply.
+	// The network stays closed except through the gateway.
+	OpenFilesystem bool
 
 	Stdin          io.Reader // nil means /dev/null
 	Stdout, Stderr io.Writer // nil means discard
@@ -223,7 +228,12 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	p := &PlanInfo{Args: append([]string(nil), s.Args...), Dir: dir, TmpDir: tmpDir}
 	add := func(m Mount) { p.Mounts = append(p.Mounts, m) }
 
-	add(Mount{Kind: MountRoot, Source: "/", Target: "/", Flags: "ro,nosuid"})
+	rootFlags := "ro,nosuid"
+	if s.OpenFilesystem {
+		rootFlags = "rw,nosuid"
+		p.Warnings = append(p.Warnings, "filesystem.disabled: the whole file system is writable inside; only the network is sandboxed")
+	}
+	add(Mount{Kind: MountRoot, Source: "/", Target: "/", Flags: rootFlags})
 	add(Mount{Kind: MountDev, Target: "/dev"})
 
 	// 4. Writable paths, parents first so a child bind is not hidden.
@@ -297,6 +307,11 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 		return !under(q, hidden) || under(q, allowRead) || under(q, allowWrite)
 	}
 	isWritable := func(q string) bool { return under(q, writable) && visible(q) }
+	pinRoots := writable
+	if s.OpenFilesystem {
+		isWritable = visible
+		pinRoots = append([]string{"/"}, writable...)
+	}
 
 	// 6. Write denies inside writable paths: explicit denyWrite entries, then
 	// the mandatory names in Dir, every writable root and $HOME.
@@ -326,6 +341,9 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	depth := s.MandatoryDenyDepth
 	if depth < 0 {
 		depth = 0
+	}
+	if s.OpenFilesystem {
+		mroots = nil // srt drops every filesystem rule
 	}
 	ex, miss := MandatoryDenies(mroots, depth, s.AllowGitConfig)
 	// A protected name reached through symlinks (.bashrc -> dotfiles/bashrc,
@@ -387,11 +405,11 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	pinned := map[string]bool{}
 	for _, list := range [][]string{roProtect, placeholders, linkPins} {
 		for _, x := range list {
-			root := longestRoot(x, writable)
+			root := longestRoot(x, pinRoots)
 			if root == "" {
 				continue
 			}
-			for a := filepath.Dir(x); a != root && strings.HasPrefix(a, root+"/"); a = filepath.Dir(a) {
+			for a := filepath.Dir(x); a != root && (root == "/" || strings.HasPrefix(a, root+"/")); a = filepath.Dir(a) {
 				if !pinned[a] && isWritable(a) {
 					pinned[a] = true
 					pins = append(pins, a)
@@ -576,7 +594,7 @@ func homeOf(env []string) string {
 func longestRoot(p string, roots []string) string {
 	best := ""
 	for _, r := range roots {
-		if (p == r || strings.HasPrefix(p, r+"/")) && len(r) > len(best) {
+		if (p == r || r == "/" || strings.HasPrefix(p, r+"/")) && len(r) > len(best) {
 			best = r
 		}
 	}

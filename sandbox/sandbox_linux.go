@@ -655,7 +655,11 @@ func applyMount(m Mount, target string) error {
 		if err := unix.Mount("/", target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return err
 		}
-		return setattr(target, unix.AT_RECURSIVE, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID)
+		var set uint64 = unix.MOUNT_ATTR_NOSUID
+		if ro {
+			set |= unix.MOUNT_ATTR_RDONLY
+		}
+		return setattr(target, unix.AT_RECURSIVE, set)
 	case MountDev:
 		return mountDev(target)
 	case MountBind, MountSocket:

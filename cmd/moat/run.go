@@ -115,6 +115,13 @@ func sandboxSpec(f *config.File, fl *runFlags, argv []string, s stdio) (sandbox.
 		Stdout:              s.out,
 		Stderr:              s.err,
 	}
+	if fs.Disabled {
+		// srt's filesystem.disabled drops every filesystem rule, the
+		// credential stores of the default included: only the network is
+		// sandboxed. moat's own files below stay protected.
+		spec.OpenFilesystem = true
+		spec.DenyRead, spec.AllowRead, spec.AllowWrite, spec.DenyWrite = nil, nil, nil, nil
+	}
 	// The settings moat itself reads are never writable from inside: an
 	// agent must not widen the policy of the next run.
 	spec.DenyWrite = append(spec.DenyWrite,

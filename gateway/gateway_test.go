@@ -709,3 +709,47 @@ func TestShutdownDrains(t *testing.T) {
 		t.Errorf("tunnel audit bytes up/down = %d/%d, want 4/4", ev[0].BytesUp, ev[0].BytesDown)
 	}
 }
+
+// TestUpstreamFailureIsNotADenial: an allowed destination that refuses the
+// connection gets 502 (plain HTTP) or a failed CONNECT, and its audit line
+// keeps verdict allow with reason upstream-unreachable; the address guard
+// still audits a deny.
+func TestUpstreamFailureIsNotADenial(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String() // nothing listens here once closed
+	l.Close()
+	e := newEnv(t, policy.Spec{Allow: []string{"127.0.0.1", "guarded.test"}, AllowedAddrs: loopbackCarveOut}, nil)
+	resp, err := e.client(testToken).Get("http://" + closed + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("X-Moat-Reason") != "upstream-unreachable" {
+		t.Errorf("plain HTTP to a closed port: %d %q, want 502 upstream-unreachable", resp.StatusCode, resp.Header.Get("X-Moat-Reason"))
+	}
+	if cresp, _ := rawConnect(t, e.addr, closed, testToken); cresp.StatusCode != http.StatusBadGateway {
+		t.Errorf("CONNECT to a closed port: %d, want 502", cresp.StatusCode)
+	}
+	ev := e.audit.events()
+	if len(ev) != 2 {
+		t.Fatalf("%d audit lines, want 2: %+v", len(ev), ev)
+	}
+	for _, x := range ev {
+		if x.Verdict != "allow" || x.Reason != "upstream-unreachable" {
+			t.Errorf("%s line: verdict %q reason %q, want allow upstream-unreachable", x.Proto, x.Verdict, x.Reason)
+		}
+	}
+	e.dns.Set("guarded.test", []netip.Addr{netip.MustParseAddr("10.1.2.3")}, time.Minute)
+	resp, err = e.client(testToken).Get("http://guarded.test/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	ev = e.audit.events()
+	if last := ev[len(ev)-1]; resp.StatusCode != http.StatusForbidden || last.Verdict != "deny" || last.Reason == "upstream-unreachable" {
+		t.Errorf("a name resolving to a private address: %d, audit %q %q; want 403 and a deny", resp.StatusCode, last.Verdict, last.Reason)
+	}
+}

@@ -171,6 +171,9 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		e.Verdict, e.Reason, e.Rule = "deny", st.reason, st.rule
 	} else {
 		e.Addr = st.addr
+		if st.reason != "" { // allowed, but the upstream failed
+			e.Reason, e.Rule = st.reason, st.rule
+		}
 	}
 	g.budgets.charge(id.client, st.budget, body.n, cw.n)
 	e.Credential = st.credential
@@ -334,7 +337,7 @@ func (g *Gateway) intercept(conn net.Conn, id identity, d policy.Decision, e aud
 		cancel()
 		if err != nil {
 			_, reason, rule := dialReply(err)
-			e.Verdict, e.Reason, e.Rule = "deny", reason, rule
+			e.Verdict, e.Reason, e.Rule = dialVerdict(err), reason, rule
 			c.Close()
 			return
 		}
@@ -355,7 +358,7 @@ func (g *Gateway) onResponse(resp *http.Response, ctx *goproxy.ProxyCtx) *http.R
 	}
 	rep, reason, rule := dialReply(ctx.Error)
 	if st := stateFrom(ctx.Req.Context()); st != nil {
-		st.denied, st.reason, st.rule = true, reason, rule
+		st.denied, st.reason, st.rule = dialVerdict(ctx.Error) == "deny", reason, rule
 	}
 	g.log.Debug("upstream request failed", "host", sanitize(ctx.Req.URL.Host), "err", ctx.Error)
 	return rep.response(ctx.Req)
@@ -429,7 +432,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, id identi
 	cancel()
 	if err != nil {
 		rep, reason, rule := dialReply(err)
-		e.Verdict, e.Reason, e.Rule = "deny", reason, rule
+		e.Verdict, e.Reason, e.Rule = dialVerdict(err), reason, rule
 		rep.write(w)
 		e.DurationMS = msSince(start)
 		g.audit.Write(e)

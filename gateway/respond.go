@@ -60,6 +60,17 @@ func ruleOrNone(r string) string {
 // dialReply maps an upstream dial error: a refused resolved address is a 403
 // (a policy answer), anything else a 502. It also returns the reason code and
 // rule for the audit line.
+// dialVerdict is the audit verdict of a failed dial: deny when the address
+// guard refused it, otherwise allow (the policy allowed it; the upstream
+// failed, and the reason says so).
+func dialVerdict(err error) string {
+	var ad *resolver.AddrDeniedError
+	if errors.As(err, &ad) {
+		return "deny"
+	}
+	return "allow"
+}
+
 func dialReply(err error) (r reply, reason, rule string) {
 	h := make(http.Header)
 	h.Set("Content-Type", "text/plain; charset=utf-8")

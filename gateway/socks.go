@@ -174,7 +174,7 @@ func (g *Gateway) socksConnect(ctx context.Context, w io.Writer, r *socks5.Reque
 			code = replyNotAllowed
 		}
 		_ = socks5.SendReply(w, code, nil)
-		e.Verdict, e.Reason, e.Rule = "deny", reason, rule
+		e.Verdict, e.Reason, e.Rule = dialVerdict(err), reason, rule
 		e.DurationMS = msSince(start)
 		g.audit.Write(e)
 		return err

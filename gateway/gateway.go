@@ -177,7 +177,7 @@ func New(o Options) (*Gateway, error) {
 // Serve accepts connections on l until Shutdown. It may be called for
 // several listeners. With NoAuth, l must be loopback or a unix socket.
 func (g *Gateway) Serve(l net.Listener) error {
-	if g.opt.NoAuth && !isLocalListener(l) {
+	if g.opt.NoAuth && !IsLocalListener(l) {
 		return ErrNoAuthNotLoopback
 	}
 	g.mu.Lock()
@@ -219,7 +219,9 @@ func (g *Gateway) Serve(l net.Listener) error {
 	}
 }
 
-func isLocalListener(l net.Listener) bool {
+// IsLocalListener reports whether l is a unix socket or a loopback TCP
+// address: the only listeners a gateway without authentication serves.
+func IsLocalListener(l net.Listener) bool {
 	switch a := l.Addr().(type) {
 	case *net.UnixAddr:
 		return true

@@ -121,6 +121,11 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("moat %v: exit %d, stderr %q; want 2 with a message", args, code, errs)
 		}
 	}
+	// --no-auth off loopback is refused before anything says it listens.
+	out, errs, code := moat(t, "gateway", "--listen", "0.0.0.0:0", "--no-auth")
+	if code != 2 || !strings.Contains(errs, "--no-auth serves only loopback") || strings.Contains(out, "listening") {
+		t.Errorf("--no-auth on 0.0.0.0: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
 }
 
 func TestVersion(t *testing.T) {

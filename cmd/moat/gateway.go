@@ -317,6 +317,10 @@ func gatewayCmd(s stdio) *cobra.Command {
 				if err != nil {
 					return withCode(exitUsage, fmt.Errorf("listen %s: %w", a, err))
 				}
+				if noAuth && !gateway.IsLocalListener(l) {
+					l.Close()
+					return usageErr("--listen %s: --no-auth serves only loopback addresses and unix sockets; use a token file (--token-file) for other addresses", a)
+				}
 				fmt.Fprintf(s.out, "moat gateway listening on %s %s (settings: %s)\n", l.Addr().Network(), l.Addr(), st.source)
 				go func() { errc <- gw.Serve(l) }()
 			}

@@ -300,4 +300,11 @@ func TestGatewayConcurrentAudit(t *testing.T) {
 			t.Errorf("incomplete audit line %+v", e)
 		}
 	}
+	// moat audit reads the same file back: every line a v1 event, the
+	// denials (other.e2e.test, one in three) filtered.
+	out, errs, code := run(t, 10*time.Second, moatBin, "audit", "--deny", "--summary", w.gw.audit)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d events: 0 allow, %d deny", n/3, n/3)) ||
+		!strings.Contains(out, "other.e2e.test") || strings.Contains(out, "allow   ") {
+		t.Errorf("moat audit --deny --summary: exit %d\n%s%s", code, out, errs)
+	}
 }

@@ -64,6 +64,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		gatewayCmd(s),
 		checkCmd(s),
 		policyCmd(s),
+		auditCmd(s),
 		versionCmd(s),
 	)
 	root.AddCommand(extraCmds(s)...)

@@ -212,3 +212,48 @@ func TestCheckPerRequestRules(t *testing.T) {
 		t.Errorf("GET of a denied path: exit %d\n%s", code, out)
 	}
 }
+
+func TestAuditCommand(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "audit.jsonl")
+	os.WriteFile(log, []byte(`{"v":1,"time":"2026-12-01T22:00:00Z","client":"c1","proto":"connect","host":"evil.test","port":443,"verdict":"deny","reason":"blocked-by-allowlist","bytes_up":0,"bytes_down":0,"duration_ms":0}
+{"v":1,"time":"2026-12-01T22:00:01Z","client":"c2","proto":"mitm","host":"api.github.com","port":443,"verdict":"allow","method":"GET","path":"/repos/o/r","status":200,"bytes_up":1,"bytes_down":2,"duration_ms":1}
+
+{"v":1,"time":"2026-12-01T22:00:02Z","client":"c1","proto":"http","host":"a.github.com","port":80,"verdict":"deny","reason":"blocked-by-allowlist","bytes_up":0,"bytes_down":0,"duration_ms":0}
+`), 0o600)
+	for _, tc := range []struct {
+		args      []string
+		want, not []string
+	}{
+		{[]string{"audit", log}, []string{"evil.test:443 blocked-by-allowlist client=c1", "api.github.com:443 GET /repos/o/r 200", "a.github.com:80"}, nil},
+		{[]string{"audit", "--deny", log}, []string{"evil.test", "a.github.com"}, []string{"api.github.com"}},
+		{[]string{"audit", "--client", "c2", log}, []string{"api.github.com"}, []string{"evil.test"}},
+		{[]string{"audit", "--host", "*.github.com:80", log}, []string{"a.github.com"}, []string{"api.github.com", "evil.test"}},
+		{[]string{"audit", "--summary", log}, []string{"3 events: 1 allow, 2 deny, 0 inspect", "denied 1x evil.test:443"}, nil},
+		{[]string{"audit", "--json", "--verdict", "allow", log}, []string{`{"v":1,"time":"2026-12-01T22:00:01Z","client":"c2"`}, []string{"evil.test"}},
+	} {
+		out, errs, code := moat(t, tc.args...)
+		if code != 0 {
+			t.Errorf("moat %v: exit %d, %s", tc.args, code, errs)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("moat %v: want %q in\n%s", tc.args, w, out)
+			}
+		}
+		for _, w := range tc.not {
+			if strings.Contains(out, w) {
+				t.Errorf("moat %v: %q should be filtered out of\n%s", tc.args, w, out)
+			}
+		}
+	}
+	bad := filepath.Join(t.TempDir(), "bad.jsonl")
+	os.WriteFile(bad, []byte("{\"v\":1,\"proto\":\"http\",\"host\":\"x\",\"verdict\":\"allow\"}\nnot json\n{\"v\":7}\n"), 0o600)
+	if _, errs, code := moat(t, "audit", bad); code != 1 || !strings.Contains(errs, "bad.jsonl:2") || !strings.Contains(errs, "bad.jsonl:3: schema version 7") {
+		t.Errorf("malformed lines: exit %d, stderr %q", code, errs)
+	}
+	for _, args := range [][]string{{"audit", "/nonexistent.jsonl"}, {"audit", "--host", "*.com", log}, {"audit", "--verdict", "maybe", log}} {
+		if _, errs, code := moat(t, args...); code != 2 || errs == "" {
+			t.Errorf("moat %v: exit %d, stderr %q; want 2", args, code, errs)
+		}
+	}
+}

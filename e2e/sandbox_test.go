@@ -200,6 +200,26 @@ git clone -q %[1]s/owner/repo.git clone 2>&1 && echo "clone ok: $(git -C clone l
 	}
 }
 
+// TestSandboxReportIgnoreViolations: srt's ignoreViolations drops matching
+// lines from --report ("*" for every command, other keys when they are part
+// of the command line); other denials are still reported.
+func TestSandboxReportIgnoreViolations(t *testing.T) {
+	b := newBox(t, `ignoreViolations:
+  "*": ["noisy.e2e.test"]
+  "curl -s": ["blocked.e2e.test"]
+`)
+	out, _ := b.moat(t, "", "--report", "-c", fmt.Sprintf(
+		"curl -s -o /dev/null http://blocked.e2e.test:%[1]s/; curl -s -o /dev/null http://noisy.e2e.test:%[1]s/; wget -q -O /dev/null http://blocked.e2e.test:%[1]s/ 2>/dev/null; curl -s -o /dev/null http://kept.e2e.test:%[1]s/", b.port))
+	if !strings.Contains(out, "deny network-outbound kept.e2e.test:"+b.port) {
+		t.Errorf("a denial that no pattern matches was dropped:\n%s", out)
+	}
+	for _, h := range []string{"noisy.e2e.test", "blocked.e2e.test"} {
+		if strings.Contains(out, h) {
+			t.Errorf("%s is in ignoreViolations but was reported:\n%s", h, out)
+		}
+	}
+}
+
 func TestSandboxEscapesRefused(t *testing.T) {
 	b := newBox(t, "")
 	need(t, "python3", "unshare")

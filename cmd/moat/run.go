@@ -154,6 +154,25 @@ func sandboxSpec(f *config.File, fl *runFlags, argv []string, s stdio) (sandbox.
 type violations struct {
 	mu    sync.Mutex
 	lines []string
+	// ignore is srt's ignoreViolations: "*" patterns apply to every
+	// command, other keys when they are a substring of the command; a
+	// line containing one of the patterns is not reported.
+	ignore  map[string][]string
+	command string
+}
+
+func (v *violations) ignored(line string) bool {
+	for key, pats := range v.ignore {
+		if key != "*" && !strings.Contains(v.command, key) {
+			continue
+		}
+		for _, p := range pats {
+			if p != "" && strings.Contains(line, p) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (v *violations) Write(e audit.Event) {
@@ -169,6 +188,9 @@ func (v *violations) Write(e audit.Event) {
 			why = r.String()
 		}
 		line = fmt.Sprintf("deny network-outbound %s:%d (%s)", e.Host, e.Port, why)
+	}
+	if v.ignored(line) {
+		return
 	}
 	v.mu.Lock()
 	v.lines = append(v.lines, line)
@@ -270,7 +292,7 @@ func runCmd(s stdio) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			viol := &violations{}
+			viol := &violations{ignore: st.file.IgnoreViolations, command: strings.Join(argv, " ")}
 			log := logger(s, fl.verbose)
 			o, auth, err := st.gatewayOptions(audit.Multi{sink, viol}, log, s)
 			if err != nil {

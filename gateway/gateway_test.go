@@ -278,7 +278,7 @@ func checkHTTPVerdict(t *testing.T, resp *http.Response, body string, allowed bo
 	if resp.Header.Get("X-Moat-Rule") == "" {
 		t.Errorf("X-Moat-Rule missing")
 	}
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
+	if resp.Header.Get("Content-Type") != "text/plain" { // srt's exact header
 		t.Errorf("Content-Type = %q", resp.Header.Get("Content-Type"))
 	}
 	if !strings.HasPrefix(body, "Connection blocked by network allowlist") {

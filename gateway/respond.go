@@ -29,7 +29,7 @@ const (
 // denyReply is the srt-compatible 403 for a host-rule denial.
 func denyReply(d policy.Decision, host string, port uint16) reply {
 	h := make(http.Header)
-	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Type", "text/plain")
 	h.Set("X-Proxy-Error", proxyErrAllowlist)
 	h.Set("X-Moat-Reason", d.Reason.Code())
 	h.Set("X-Moat-Rule", ruleOrNone(d.Rule))
@@ -73,7 +73,7 @@ func dialVerdict(err error) string {
 
 func dialReply(err error) (r reply, reason, rule string) {
 	h := make(http.Header)
-	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Type", "text/plain")
 	var ad *resolver.AddrDeniedError
 	if errors.As(err, &ad) {
 		reason, rule = policy.ReasonNoAddress.Code(), "address"
@@ -122,7 +122,7 @@ func addrHint(v policy.AddrVerdict) string {
 
 func authReply() reply {
 	h := make(http.Header)
-	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Type", "text/plain")
 	h.Set("Proxy-Authenticate", `Basic realm="moat"`)
 	h.Set("X-Moat-Reason", "auth-required")
 	return reply{status: http.StatusProxyAuthRequired, header: h,
@@ -131,7 +131,7 @@ func authReply() reply {
 
 func badRequestReply(msg string) reply {
 	h := make(http.Header)
-	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Type", "text/plain")
 	h.Set("X-Moat-Reason", policy.ReasonMalformedHost.Code())
 	return reply{status: http.StatusBadRequest, header: h, body: "Bad Request: " + msg + "\n"}
 }
@@ -172,7 +172,7 @@ const reasonNoInterceptor = "inspection-unavailable"
 
 func noInterceptorReply() reply {
 	h := make(http.Header)
-	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Type", "text/plain")
 	h.Set("X-Proxy-Error", "blocked-by-sandbox-runtime")
 	h.Set("X-Moat-Reason", reasonNoInterceptor)
 	return reply{status: http.StatusForbidden, header: h,
@@ -185,7 +185,7 @@ const reasonCredentialLeak = "credential-leak"
 // It names the credential, never its value.
 func leakReply(credential, host string) reply {
 	h := make(http.Header)
-	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Type", "text/plain")
 	h.Set("X-Proxy-Error", "blocked-credential-leak")
 	h.Set("X-Moat-Reason", reasonCredentialLeak)
 	h.Set("X-Moat-Rule", "credential:"+credential)
@@ -214,7 +214,7 @@ const reasonQuarantined = "quarantined"
 // quarantineReply answers every request of a quarantined session.
 func quarantineReply() reply {
 	h := make(http.Header)
-	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Type", "text/plain")
 	h.Set("X-Proxy-Error", "blocked-credential-leak")
 	h.Set("X-Moat-Reason", reasonQuarantined)
 	h.Set("X-Moat-Rule", "credentials.quarantineOnLeak")

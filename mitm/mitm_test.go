@@ -253,7 +253,7 @@ func TestInterceptAllowAndDeny(t *testing.T) {
 			"X-Proxy-Error": "blocked-by-sandbox-runtime",
 			"X-Moat-Reason": tc.wantCode,
 			"X-Moat-Rule":   tc.wantRule,
-			"Content-Type":  "text/plain; charset=utf-8",
+			"Content-Type":  "text/plain",
 		}
 		if resp.StatusCode != 403 || body != tc.wantBody {
 			t.Errorf("%s: %d %q, want 403 %q", tc.name, resp.StatusCode, body, tc.wantBody)

@@ -37,7 +37,7 @@ type reply struct {
 
 func textHeader() http.Header {
 	h := make(http.Header)
-	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Type", "text/plain")
 	return h
 }
 

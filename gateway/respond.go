@@ -175,8 +175,10 @@ func noInterceptorReply() reply {
 	h.Set("Content-Type", "text/plain")
 	h.Set("X-Proxy-Error", "blocked-by-sandbox-runtime")
 	h.Set("X-Moat-Reason", reasonNoInterceptor)
+	h.Set("X-Moat-Rule", "none")
 	return reply{status: http.StatusForbidden, header: h,
-		body: "Connection blocked: this host must be inspected, but TLS termination is not set up\n"}
+		body: "Connection blocked: this host must be inspected, but TLS termination is not set up\n" +
+			"to allow: set up TLS termination (network.tlsTerminate; in the Go API, gateway.Options.Interceptor)\n"}
 }
 
 const reasonCredentialLeak = "credential-leak"

@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/elazarl/goproxy"
@@ -456,6 +457,21 @@ type trackedConn struct {
 	net.Conn
 	once    sync.Once
 	untrack func()
+	// up and down count the bytes after the upgrade, for the audit line
+	// and the budgets (the copies run in goroutines of their own).
+	up, down atomic.Int64
+}
+
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.up.Add(int64(n))
+	return n, err
+}
+
+func (c *trackedConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.down.Add(int64(n))
+	return n, err
 }
 
 func (c *trackedConn) Close() error {

@@ -158,10 +158,14 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = body
 	}
 	g.proxy.ServeHTTP(cw, r.WithContext(ctx))
+	up, down := body.n, cw.n
 	if cw.hijacked != nil {
 		// An upgraded (WebSocket) connection: goproxy returns when one
 		// direction ends and leaves the client's side open.
 		cw.hijacked.Close()
+		if tc, ok := cw.hijacked.(*trackedConn); ok {
+			up, down = up+tc.up.Load(), down+tc.down.Load()
+		}
 	}
 	if !st.decided {
 		return // not a proxy request
@@ -175,7 +179,7 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			e.Reason, e.Rule = st.reason, st.rule
 		}
 	}
-	g.budgets.charge(id.client, st.budget, body.n, cw.n)
+	g.budgets.charge(id.client, st.budget, up, down)
 	e.Credential = st.credential
 	e.Method = r.Method
 	e.Path = redactPath(r.URL.EscapedPath(), r.URL.RawQuery != "")
@@ -183,8 +187,8 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		e.Path = "(redacted)" // it may be where the sentinel was
 	}
 	e.Status = cw.status
-	e.BytesUp = body.n
-	e.BytesDown = cw.n
+	e.BytesUp = up
+	e.BytesDown = down
 	e.DurationMS = msSince(start)
 	g.audit.Write(e)
 }

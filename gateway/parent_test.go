@@ -18,6 +18,7 @@ import (
 	"github.com/elazarl/goproxy"
 
 	"github.com/moat-dev/moat/credentials"
+	"github.com/moat-dev/moat/gateway/audit"
 	"github.com/moat-dev/moat/gateway/policy"
 	"github.com/moat-dev/moat/resolver"
 )
@@ -318,5 +319,18 @@ func TestQuarantineClosesUpgradedConnections(t *testing.T) {
 	}
 	if got, err := echo(); err == nil {
 		t.Errorf("the upgraded connection still carries bytes after the quarantine: %q", got)
+	}
+	// Its audit line counts the bytes after the upgrade too.
+	var ws *audit.Event
+	for i := 0; i < 200 && ws == nil; i++ {
+		for _, ev := range e.audit.events() {
+			if ev.Path == "/ws" {
+				ws = &ev
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if ws == nil || ws.BytesUp < int64(len("ping")) || ws.BytesDown < int64(len("echo:ping")) {
+		t.Errorf("audit line of the WebSocket: %+v, want the upgraded bytes counted", ws)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -442,17 +443,41 @@ type connHandler struct {
 // (WebSocket upgrades) hands the connection to the upgrade tracker.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
-	bytes  int64
-	track  func(net.Conn) net.Conn
+	status   int
+	bytes    int64
+	track    func(net.Conn) net.Conn
+	upgraded *countingConn
 }
 
 func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
-	if err != nil || w.track == nil {
+	if err != nil {
 		return c, brw, err
 	}
-	return w.track(c), brw, nil
+	w.upgraded = &countingConn{Conn: c}
+	if w.track == nil {
+		return w.upgraded, brw, nil
+	}
+	return w.track(w.upgraded), brw, nil
+}
+
+// countingConn counts the bytes of an upgraded connection, for the audit
+// line and the budgets; the copies run in goroutines of their own.
+type countingConn struct {
+	net.Conn
+	up, down atomic.Int64
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.up.Add(int64(n))
+	return n, err
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.down.Add(int64(n))
+	return n, err
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -514,11 +539,15 @@ func (h *connHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var charge func(up, down int64)
 	defer func() {
+		up, down := body.n, sw.bytes
+		if u := sw.upgraded; u != nil {
+			up, down = up+u.up.Load(), down+u.down.Load()
+		}
 		if charge != nil {
-			charge(body.n, sw.bytes)
+			charge(up, down)
 		}
 		ev.Status = sw.status
-		ev.BytesUp, ev.BytesDown = body.n, sw.bytes
+		ev.BytesUp, ev.BytesDown = up, down
 		ev.Addr = st.addr
 		ev.DurationMS = float64(time.Since(start).Microseconds()) / 1000
 		h.i.audit.Write(ev)

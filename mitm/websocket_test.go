@@ -86,6 +86,19 @@ func TestInterceptWebSocket(t *testing.T) {
 	default:
 		t.Errorf("the upgraded connection was not handed to the tracker")
 	}
+	// The request's audit line counts the upgraded bytes.
+	var wsUp, wsDown int64
+	for i := 0; i < 200 && wsDown == 0; i++ {
+		for _, ev := range h.sink.events() {
+			if ev.Path == "/ws/chat" {
+				wsUp, wsDown = ev.BytesUp, ev.BytesDown
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if wsUp < int64(len("ping")) || wsDown < int64(len("echo:ping")) {
+		t.Errorf("audit bytes of the upgraded request: up %d down %d, want at least 4 and 9", wsUp, wsDown)
+	}
 
 	c2, br2 := dial()
 	defer c2.Close()

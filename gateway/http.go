@@ -251,12 +251,6 @@ func (g *Gateway) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 		st.denied, st.reason, st.rule = true, st.dec.Reason.Code(), st.dec.Rule
 		return r, denyReply(st.dec, st.host, port).response(r)
 	}
-	matched, spent := g.budgets.admit(st.id.client, st.dec)
-	if spent != nil {
-		st.denied, st.reason, st.rule = true, reasonBudget, "budget:"+spent.Pattern
-		return r, budgetReply(spent).response(r)
-	}
-	st.budget = matched
 	// The Host header must name the host we decided on: no domain fronting
 	// through a permitted address.
 	r.Host = canon.HostPort(st.dec.Host, port)
@@ -296,6 +290,14 @@ func (g *Gateway) onRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 			return r, rec.Result()
 		}
 	}
+	// Last, as inside terminated TLS: a request the rules refuse does not
+	// spend the budget.
+	matched, spent := g.budgets.admit(st.id.client, st.dec)
+	if spent != nil {
+		st.denied, st.reason, st.rule = true, reasonBudget, "budget:"+spent.Pattern
+		return r, budgetReply(spent).response(r)
+	}
+	st.budget = matched
 	return r, nil
 }
 

@@ -214,3 +214,49 @@ func TestBudgetsInsideTLS(t *testing.T) {
 		})
 	}
 }
+
+// TestBudgetNotSpentByRefusedRequests: a plain-HTTP request to an
+// inspected host that a rule refuses does not spend the request budget,
+// as inside terminated TLS.
+func TestBudgetNotSpentByRefusedRequests(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer srv.Close()
+	auth, err := ca.LoadOrCreate(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := mitm.CompileRules([]mitm.Rule{{ID: "ro", Host: "127.0.0.1", Allow: []mitm.Match{{Methods: []string{"GET"}}}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, policy.Spec{Allow: []string{"127.0.0.1"}, Inspect: []string{"127.0.0.1"}, AllowedAddrs: loopbackCarveOut}, func(o *Options) {
+		i, err := mitm.New(mitm.Options{CA: auth, Rules: rules, Dial: o.Dialer.DialContext})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Interceptor = i
+		o.Budgets = []Budget{{Pattern: "127.0.0.1", Requests: 1, BytesUp: -1, BytesDown: -1}}
+	})
+	c := e.client(testToken)
+	do := func(method string) (int, string) {
+		req, _ := http.NewRequest(method, srv.URL+"/", nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("X-Moat-Reason")
+	}
+	for i := 0; i < 2; i++ {
+		if code, reason := do("POST"); code != 403 || reason == mitm.CodeBudget {
+			t.Errorf("POST %d: %d %q, want a rule's 403", i, code, reason)
+		}
+	}
+	if code, _ := do("GET"); code != 200 {
+		t.Errorf("GET after two refused POSTs: %d, want 200 (the budget of 1 untouched)", code)
+	}
+	if code, reason := do("GET"); code != 403 || reason != mitm.CodeBudget {
+		t.Errorf("second GET: %d %q, want 403 %s", code, reason, mitm.CodeBudget)
+	}
+}

@@ -439,6 +439,38 @@ curl -s -m 3 --noproxy '*' http://%s:%s/ >/dev/null 2>&1 || echo direct-refused`
 	}
 }
 
+// TestSandboxCAKeyHiddenUnderWritableHome: the CA key stays unreadable
+// when $HOME is writable, and with filesystem.disabled: the binds that
+// protect ~/.config/moat must not lay the host's key back over its hiding.
+func TestSandboxCAKeyHiddenUnderWritableHome(t *testing.T) {
+	for _, fsYAML := range []string{"filesystem:\n  allowWrite: [%q]\n", "filesystem:\n  disabled: true\n"} {
+		b := newBox(t, "")
+		key := filepath.Join(b.home, ".config", "moat", "ca", "key.pem")
+		os.MkdirAll(filepath.Dir(key), 0o700)
+		os.WriteFile(key, []byte("CA-PRIVATE-KEY\n"), 0o600)
+		data, _ := os.ReadFile(b.settings)
+		i, j := bytes.Index(data, []byte("filesystem:")), bytes.Index(data, []byte("dns:"))
+		fs := fsYAML
+		if strings.Contains(fs, "%q") {
+			fs = fmt.Sprintf(fs, b.home)
+		}
+		fs += "audit:\n  path: ~/state/audit.jsonl\n" // "~" expanded, parents created
+		data = append(append(append([]byte{}, data[:i]...), fs...), data[j:]...)
+		os.WriteFile(b.settings, data, 0o600)
+		auditLog := filepath.Join(b.home, "state", "audit.jsonl")
+		out, _ := b.sh(t, "cat "+key+" 2>&1; echo forged >> "+filepath.Join(b.project, ".moat.yaml")+" 2>&1; echo forged >> "+auditLog+" 2>&1; curl -s -o /dev/null "+b.up+"/bytes/1; echo end")
+		if got, err := os.ReadFile(auditLog); err != nil || bytes.Contains(got, []byte("forged")) || !bytes.Contains(got, []byte(`"verdict":"allow"`)) {
+			t.Errorf("with %q the audit log at ~/state: %v, %q (want moat's lines only)", strings.TrimSpace(fsYAML), err, got)
+		}
+		if strings.Contains(out, "CA-PRIVATE-KEY") || !strings.Contains(out, "end") {
+			t.Errorf("with %q the CA key was readable inside:\n%s", strings.TrimSpace(fsYAML), out)
+		}
+		if got, err := os.ReadFile(filepath.Join(b.project, ".moat.yaml")); err == nil && len(got) > 0 {
+			t.Errorf("with %q the project's .moat.yaml was written from inside: %q", strings.TrimSpace(fsYAML), got)
+		}
+	}
+}
+
 // TestSandboxRunThatNeverRunsLeavesNothing: `moat run` boots the sandbox's
 // PID 1 while it parses its command line; a run that stops at the command
 // line (help, a bad flag, no command, bad settings) keeps its exit code and

@@ -111,6 +111,10 @@ type Mount struct {
 	// followed: it still resolves as before, but as a mount point it
 	// cannot be removed, renamed or replaced (EBUSY).
 	NoFollow bool `json:",omitempty"`
+	// InTree means Source names a path inside the sandbox's tree, not the
+	// host's: a self-bind that pins or protects a path keeps what was
+	// already mounted below it (a hidden denyRead entry stays hidden).
+	InTree bool `json:",omitempty"`
 }
 
 func (m Mount) String() string {
@@ -418,17 +422,20 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 		}
 	}
 	sort.Slice(pins, func(i, j int) bool { return len(pins[i]) < len(pins[j]) })
+	// From the sandbox's own tree (InTree), never from the host: a bind of
+	// the host's ~/.config/moat would lay the CA key, hidden above, back
+	// on top.
 	for _, a := range pins {
-		add(Mount{Kind: MountBind, Source: a, Target: a, Flags: "rw"})
+		add(Mount{Kind: MountBind, Source: a, Target: a, Flags: "rw", InTree: true})
 	}
 	for _, r := range roProtect {
-		add(Mount{Kind: MountBind, Source: r, Target: r, Flags: "ro"})
+		add(Mount{Kind: MountBind, Source: r, Target: r, Flags: "ro", InTree: true})
 	}
 	for _, m := range placeholders {
 		add(Mount{Kind: MountEmpty, Source: empty, Target: m, Flags: "ro", Placeholder: true})
 	}
 	for _, l := range linkPins {
-		add(Mount{Kind: MountBind, Source: l, Target: l, Flags: "ro", NoFollow: true})
+		add(Mount{Kind: MountBind, Source: l, Target: l, Flags: "ro", NoFollow: true, InTree: true})
 	}
 
 	// Masked files: the replacement shadows the real file.

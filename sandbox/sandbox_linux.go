@@ -608,6 +608,9 @@ func buildMounts(cfg *initConfig) error {
 		return fmt.Errorf("make / rprivate: %w", err)
 	}
 	for _, m := range cfg.Mounts {
+		if m.InTree {
+			m.Source = at(m.Source)
+		}
 		if err := applyMount(m, at(m.Target)); err != nil {
 			return fmt.Errorf("mount %s: %w", m, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"runtime/pprof"
 	"strings"
@@ -107,13 +108,27 @@ func (st *stack) gatewayOptions(sink audit.Sink, log *slog.Logger, s stdio) (gat
 
 // auditSinks opens the audit destinations: --audit FILE overrides
 // audit.path; audit.stdout adds standard output.
+// auditPath is audit.path with "~" and a relative path expanded, as the
+// filesystem paths are; "" when unset.
+func auditPath(f *config.File) string {
+	if f.Audit.Path == "" {
+		return ""
+	}
+	home, _ := os.UserHomeDir()
+	dir, _ := os.Getwd()
+	return expandPath(f.Audit.Path, home, dir)
+}
+
 func auditSinks(f *config.File, path string, s stdio) (audit.Sink, func() error, error) {
 	if path == "" {
-		path = f.Audit.Path
+		path = auditPath(f)
 	}
 	var sinks audit.Multi
 	var closers []func() error
 	if path != "" {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, nil, withCode(exitUsage, fmt.Errorf("audit.path %s: %w", path, err))
+		}
 		fh, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
 			return nil, nil, withCode(exitUsage, fmt.Errorf("open audit log: %w", err))

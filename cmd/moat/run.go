@@ -141,6 +141,13 @@ func sandboxSpec(f *config.File, fl *runFlags, argv []string, s stdio) (sandbox.
 	if base, err := gatewayBase(); err == nil {
 		spec.DenyRead = append(spec.DenyRead, base)
 	}
+	// The project's own settings file is searched first: never writable,
+	// even when filesystem.disabled turns the mandatory denies off. Nor is
+	// the audit log, which a command could otherwise forge.
+	spec.DenyWrite = append(spec.DenyWrite, filepath.Join(dir, ".moat.yaml"))
+	if p := auditPath(f); p != "" {
+		spec.DenyWrite = append(spec.DenyWrite, p)
+	}
 	if p := os.Getenv(config.EnvSettings); p != "" {
 		spec.DenyWrite = append(spec.DenyWrite, expandPath(p, home, dir))
 	}

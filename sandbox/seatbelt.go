@@ -85,13 +85,19 @@ func SeatbeltProfile(s Spec, o SeatbeltOptions) (string, error) {
 		w(")")
 	}
 	w("")
-	w("; writes: allowWrite and TMPDIR only")
-	w("(allow file-write-data (literal \"/dev/null\") (literal \"/dev/zero\") (literal \"/dev/tty\") (regex #\"^/dev/ttys[0-9]+$\") (literal \"/dev/dtracehelper\"))")
 	writable := append([]string{}, s.AllowWrite...)
 	if o.TmpDir != "" {
 		writable = append(writable, o.TmpDir)
 	}
-	if len(writable) > 0 {
+	switch {
+	case s.OpenFilesystem:
+		w("; writes: everywhere (filesystem.disabled), minus moat's own files below")
+		w("(allow file-write*)")
+	default:
+		w("; writes: allowWrite and TMPDIR only")
+		w("(allow file-write-data (literal \"/dev/null\") (literal \"/dev/zero\") (literal \"/dev/tty\") (regex #\"^/dev/ttys[0-9]+$\") (literal \"/dev/dtracehelper\"))")
+	}
+	if len(writable) > 0 && !s.OpenFilesystem {
 		w("(allow file-write*")
 		for _, p := range writable {
 			w("  %s", sbPath(p))
@@ -112,6 +118,9 @@ func SeatbeltProfile(s Spec, o SeatbeltOptions) (string, error) {
 	}
 	if o.Home != "" {
 		roots = append(roots, o.Home)
+	}
+	if s.OpenFilesystem {
+		roots = nil // srt drops every filesystem rule; DenyWrite stays
 	}
 	roots = dedupe(roots)
 	sort.Strings(roots)

@@ -261,6 +261,7 @@ func TestValidateErrors(t *testing.T) {
 		{"cidr", `{"network":{"deniedResolvedAddresses":["10.0.0.0/33"]}}`, "network.deniedResolvedAddresses[0]", "is not a CIDR"},
 		{"cidr host bits", `{"network":{"allowedResolvedAddresses":["10.1.2.3/16"]}}`, "network.allowedResolvedAddresses[0]", `"10.1.2.3/16": use "10.1.0.0/16"`},
 		{"port", `{"network":{"httpProxyPort":65536}}`, "network.httpProxyPort", "port 65536 is out of range"},
+		{"odd IPv4", `{"network":{"allowedDomains":["127.1:8080"]}}`, "network.allowedDomains[0]", `spell the address in dotted decimal: use "127.0.0.1:8080"`},
 		{"socks alone", `{"network":{"socksProxyPort":1080}}`, "network.socksProxyPort", "moat chains only through HTTP proxies"},
 		{"inject", `{"network":{"allowedDomains":["a.test"]},"credentials":{"envVars":[{"name":"T","mode":"mask","injectHosts":["a.test","x.test"]}]}}`, "credentials.envVars[0].injectHosts[1]", `"x.test" is not covered by network.allowedDomains`},
 		{"inject wildcard covered", `{"network":{"allowedDomains":["*.a.test"]},"credentials":{"envVars":[{"name":"T","mode":"mask","injectHosts":["*.b.a.test","a.test"]}]}}`, "credentials.envVars[0].injectHosts[1]", `"a.test" is not covered`},

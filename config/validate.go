@@ -77,21 +77,26 @@ func sortErrs(errs []error) {
 	}
 }
 
-// pattern parses a host pattern. Any spelling that canonicalises is
-// accepted (srt matches hosts case-insensitively, so "GitHub.com" and
+// pattern parses a host pattern. A name in any case or with a trailing dot
+// is accepted (srt matches hosts case-insensitively, so "GitHub.com" and
 // "github.com." are the same entry; srt files must load unchanged): the
 // policy matches the canonical form, which `moat policy validate` prints.
-// ok is false only when s does not parse at all.
+// An IPv4 address must be dotted decimal: "127.1" or "0177.0.0.1" mean
+// different things to different tools. ok is false only when s does not
+// parse at all.
 func (v *validator) pattern(p, s string, deny, noPort bool) (canon.Pattern, bool) {
 	pat, err := canon.ParsePattern(s, deny)
 	if err != nil {
 		v.add(p, "%s", err.Error())
 		return pat, false
 	}
-	if noPort && pat.Port != 0 {
+	switch {
+	case noPort && pat.Port != 0:
 		want := pat
 		want.Port = 0
 		v.errs = append(v.errs, &FieldError{Path: p, Value: s, Msg: fmt.Sprintf("takes no port: use %q", want.String())})
+	case canon.OddIPv4Spelling(s, pat):
+		v.errs = append(v.errs, &FieldError{Path: p, Value: s, Msg: fmt.Sprintf("spell the address in dotted decimal: use %q", pat.String())})
 	}
 	return pat, true
 }

@@ -3,6 +3,7 @@ package credentials
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -45,7 +46,7 @@ func TestLoadErrors(t *testing.T) {
 		{"bad source kind", Spec{Name: "T", Mode: ModeMask, Source: "vault:x", InjectHosts: gh}, nil, ErrBadSpec},
 		{"bad mode", Spec{Name: "T", Mode: "hide", InjectHosts: gh}, nil, ErrBadSpec},
 		{"no inject hosts", Spec{Name: "GH", Mode: ModeMask}, nil, ErrBadSpec},
-		{"non-canonical host", Spec{Name: "GH", Mode: ModeMask, InjectHosts: []string{"API.github.com"}}, nil, ErrBadSpec},
+		{"odd IPv4 spelling", Spec{Name: "GH", Mode: ModeMask, InjectHosts: []string{"127.1"}}, nil, ErrBadSpec},
 		{"host with port", Spec{Name: "GH", Mode: ModeMask, InjectHosts: []string{"api.github.com:443"}}, nil, ErrBadSpec},
 		{"extract no group", Spec{Name: "f", File: hosts, Mode: ModeMask, InjectHosts: gh, Extract: `oauth_token: \S+`}, nil, ErrBadSpec},
 		{"extract bad regex", Spec{Name: "f", File: hosts, Mode: ModeMask, InjectHosts: gh, Extract: `(`}, nil, ErrBadSpec},
@@ -240,4 +241,22 @@ func FuzzSplitArgv(f *testing.F) {
 			t.Fatalf("splitArgv(%q) = empty argv, no error", s)
 		}
 	})
+}
+
+// TestInjectHostsAnyCase: an inject host in any case or with a trailing dot
+// binds the credential to its canonical host, as allowedDomains does.
+func TestInjectHostsAnyCase(t *testing.T) {
+	const secret = "ghp_anyCaseTestSecret0123456789abcdefgh"
+	set, _, err := Load([]Spec{{Name: "GH", Mode: ModeMask, InjectHosts: []string{"API.GitHub.com."}}}, func(string) string { return secret })
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", "https://api.github.com/user", nil)
+	req.Header.Set("Authorization", "Bearer "+set.Bindings()[0].Sentinel)
+	if _, err := set.Apply(req, "api.github.com", false, false); err != nil {
+		t.Fatalf("Apply to the bound host: %v", err)
+	}
+	if req.Header.Get("Authorization") != "Bearer "+secret {
+		t.Errorf("the sentinel was not swapped for api.github.com")
+	}
 }

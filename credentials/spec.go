@@ -459,8 +459,8 @@ func compileHosts(pats []string) (hostMatcher, error) {
 		if pat.Port != 0 {
 			return m, fmt.Errorf("%w: injectHosts[%d] %q: inject hosts take no port", ErrBadSpec, i, p)
 		}
-		if pat.String() != p {
-			return m, fmt.Errorf("%w: injectHosts[%d] %q: use %q", ErrBadSpec, i, p, pat.String())
+		if canon.OddIPv4Spelling(p, pat) {
+			return m, fmt.Errorf("%w: injectHosts[%d] %q: spell the address in dotted decimal: use %q", ErrBadSpec, i, p, pat.String())
 		}
 		switch pat.Kind {
 		case canon.Exact:

@@ -7,6 +7,7 @@ package canon
 
 import (
 	"net/netip"
+	"strings"
 )
 
 // Host is a canonical destination host. Exactly one form is set: Addr is
@@ -49,4 +50,19 @@ type Pattern struct {
 	Host Host
 	// Port is the port the pattern is limited to; 0 means every port.
 	Port uint16
+}
+
+// OddIPv4Spelling reports whether raw, which parsed to p, spells an IPv4
+// literal other than in dotted decimal ("127.1", "0x7f.1", "2130706433",
+// "0177.0.0.1"). Other tools read those forms differently or as names, so
+// a settings file must say which address it means.
+func OddIPv4Spelling(raw string, p Pattern) bool {
+	if p.Kind != Exact || !p.Host.Addr.Is4() {
+		return false
+	}
+	h := strings.TrimSpace(raw)
+	if i := strings.LastIndexByte(h, ':'); i >= 0 {
+		h = h[:i]
+	}
+	return strings.TrimSuffix(h, ".") != p.Host.Addr.String()
 }

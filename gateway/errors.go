@@ -16,3 +16,6 @@ var (
 	// ErrClosed is returned by Serve after Shutdown.
 	ErrClosed = errors.New("gateway: closed")
 )
+
+// errNoDecision: the transport tried to dial without an allow decision.
+var errNoDecision = errors.New("gateway: dial without an allow decision")

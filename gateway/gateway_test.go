@@ -753,3 +753,23 @@ func TestUpstreamFailureIsNotADenial(t *testing.T) {
 		t.Errorf("a name resolving to a private address: %d, audit %q %q; want 403 and a deny", resp.StatusCode, last.Verdict, last.Reason)
 	}
 }
+
+func TestDialVerdict(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&resolver.AddrDeniedError{}, "deny"},
+		{fmt.Errorf("dial: %w", resolver.ErrDenied), "deny"},
+		{resolver.ErrBadDestination, "deny"},
+		{resolver.ErrNoPolicy, "deny"},
+		{errNoDecision, "deny"},
+		{fmt.Errorf("lookup: %w", resolver.ErrNotFound), "allow"},
+		{&net.OpError{Op: "dial", Err: errors.New("connection refused")}, "allow"},
+		{context.DeadlineExceeded, "allow"},
+	} {
+		if got := dialVerdict(tc.err); got != tc.want {
+			t.Errorf("dialVerdict(%v) = %s, want %s", tc.err, got, tc.want)
+		}
+	}
+}

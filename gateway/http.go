@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/base64"
-	"errors"
 	"io"
 	"log"
 	"net"
@@ -376,7 +375,7 @@ func (g *Gateway) onResponse(resp *http.Response, ctx *goproxy.ProxyCtx) *http.R
 func (g *Gateway) transportDial(ctx context.Context, _, _ string) (net.Conn, error) {
 	st := stateFrom(ctx)
 	if st == nil || st.dec.Verdict == policy.Deny {
-		return nil, errors.New("gateway: dial without an allow decision")
+		return nil, errNoDecision
 	}
 	// No write to st here: the Transport may finish a dial in the
 	// background, after the request used another connection.

@@ -57,20 +57,24 @@ func ruleOrNone(r string) string {
 	return r
 }
 
-// dialReply maps an upstream dial error: a refused resolved address is a 403
-// (a policy answer), anything else a 502. It also returns the reason code and
-// rule for the audit line.
 // dialVerdict is the audit verdict of a failed dial: deny when the address
-// guard refused it, otherwise allow (the policy allowed it; the upstream
-// failed, and the reason says so).
+// guard or the dialer's own checks refused it; allow when the policy
+// allowed it and the network failed (no such host, refused, timed out, a
+// parent proxy's refusal), as the reason then says.
 func dialVerdict(err error) string {
 	var ad *resolver.AddrDeniedError
-	if errors.As(err, &ad) {
+	switch {
+	case errors.As(err, &ad), errors.Is(err, resolver.ErrDenied), errors.Is(err, resolver.ErrNoPolicy),
+		errors.Is(err, resolver.ErrNoResolver), errors.Is(err, resolver.ErrBadDestination),
+		errors.Is(err, resolver.ErrInvalidName), errors.Is(err, errNoDecision):
 		return "deny"
 	}
 	return "allow"
 }
 
+// dialReply maps an upstream dial error: a refused resolved address is a 403
+// (a policy answer), anything else a 502. It also returns the reason code and
+// rule for the audit line.
 func dialReply(err error) (r reply, reason, rule string) {
 	h := make(http.Header)
 	h.Set("Content-Type", "text/plain")

@@ -122,9 +122,14 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 	// --no-auth off loopback is refused before anything says it listens.
-	out, errs, code := moat(t, "gateway", "--listen", "0.0.0.0:0", "--no-auth")
-	if code != 2 || !strings.Contains(errs, "--no-auth serves only loopback") || strings.Contains(out, "listening") {
-		t.Errorf("--no-auth on 0.0.0.0: exit %d, stdout %q, stderr %q", code, out, errs)
+	for _, args := range [][]string{
+		{"gateway", "--listen", "0.0.0.0:0", "--no-auth"},
+		{"gateway", "--listen", "127.0.0.1:0", "--listen", "0.0.0.0:0", "--no-auth"},
+	} {
+		out, errs, code := moat(t, args...)
+		if code != 2 || !strings.Contains(errs, "--no-auth serves only loopback") || strings.Contains(out, "listening") {
+			t.Errorf("moat %v: exit %d, stdout %q, stderr %q", args, code, out, errs)
+		}
 	}
 }
 

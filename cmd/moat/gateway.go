@@ -327,15 +327,27 @@ func gatewayCmd(s stdio) *cobra.Command {
 			}
 			st.gw = gw
 			errc := make(chan error, len(listens))
+			// Every listener is opened and checked before any is served
+			// or announced: one bad --listen serves nothing.
+			var ls []net.Listener
+			closeAll := func() {
+				for _, l := range ls {
+					l.Close()
+				}
+			}
 			for _, a := range listens {
 				l, err := listen(a)
 				if err != nil {
+					closeAll()
 					return withCode(exitUsage, fmt.Errorf("listen %s: %w", a, err))
 				}
+				ls = append(ls, l)
 				if noAuth && !gateway.IsLocalListener(l) {
-					l.Close()
+					closeAll()
 					return usageErr("--listen %s: --no-auth serves only loopback addresses and unix sockets; use a token file (--token-file) for other addresses", a)
 				}
+			}
+			for _, l := range ls {
 				fmt.Fprintf(s.out, "moat gateway listening on %s %s (settings: %s)\n", l.Addr().Network(), l.Addr(), st.source)
 				go func() { errc <- gw.Serve(l) }()
 			}

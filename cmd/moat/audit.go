@@ -45,9 +45,27 @@ func (f auditFilter) match(e *audit.Event) bool {
 	return true
 }
 
+// printable replaces control characters (C0, DEL, C1) and the Unicode
+// line and bidi controls: a forged log line must not drive the terminal.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r < 0x20, r >= 0x7f && r <= 0x9f, r == 0x2028, r == 0x2029,
+			r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+			return '?'
+		}
+		return r
+	}, s)
+}
+
 // formatEvent is one readable line: time, verdict, protocol, destination,
-// the request (inspected or plain HTTP), why, who and how much.
+// the request (inspected or plain HTTP), why, who and how much. Every field
+// is made printable.
 func formatEvent(e *audit.Event) string {
+	return printable(formatRaw(e))
+}
+
+func formatRaw(e *audit.Event) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %-7s %-7s %s", e.Time.UTC().Format(time.RFC3339), e.Verdict, e.Proto, e.Host)
 	if e.Port != 0 {
@@ -75,6 +93,36 @@ func formatEvent(e *audit.Event) string {
 		fmt.Fprintf(&b, " up=%d down=%d", e.BytesUp, e.BytesDown)
 	}
 	return b.String()
+}
+
+// maxAuditLine bounds one audit line; moat writes lines of a few hundred
+// bytes.
+const maxAuditLine = 1 << 20
+
+// readLine returns the next line without its newline. A line longer than
+// max is consumed and reported as long, not returned.
+func readLine(br *bufio.Reader, max int) (line []byte, long bool, err error) {
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(line)+len(chunk) > max {
+			long = true
+		} else {
+			line = append(line, chunk...)
+		}
+		switch err {
+		case nil:
+			return bytes.TrimRight(line, "\r\n"), long, nil
+		case bufio.ErrBufferFull:
+			continue
+		case io.EOF:
+			if len(line) == 0 && !long {
+				return nil, false, io.EOF
+			}
+			return bytes.TrimRight(line, "\r\n"), long, nil
+		default:
+			return nil, false, err
+		}
+	}
 }
 
 func auditCmd(s stdio) *cobra.Command {
@@ -108,20 +156,21 @@ reported with its file and line number, and the exit code is then 1.`,
 			var bad, shown int
 			byVerdict := map[string]int{}
 			denied := map[string]int{}
-			for _, name := range args {
-				var r io.Reader = s.in
-				if name != "-" {
-					fh, err := os.Open(name)
-					if err != nil {
-						return withCode(exitUsage, err)
+			each := func(name string, r io.Reader) error {
+				br := bufio.NewReaderSize(r, 64<<10)
+				for n := 1; ; n++ {
+					line, long, err := readLine(br, maxAuditLine)
+					if err == io.EOF {
+						return nil
 					}
-					defer fh.Close()
-					r = fh
-				}
-				sc := bufio.NewScanner(r)
-				sc.Buffer(make([]byte, 64<<10), 4<<20)
-				for n := 1; sc.Scan(); n++ {
-					line := sc.Bytes()
+					if err != nil {
+						return fmt.Errorf("%s: %w", name, err)
+					}
+					if long {
+						fmt.Fprintf(s.err, "moat audit: %s:%d: line longer than %d bytes, skipped\n", name, n, maxAuditLine)
+						bad++
+						continue
+					}
 					if len(bytes.TrimSpace(line)) == 0 {
 						continue
 					}
@@ -154,8 +203,22 @@ reported with its file and line number, and the exit code is then 1.`,
 						fmt.Fprintln(s.out, formatEvent(&e))
 					}
 				}
-				if err := sc.Err(); err != nil {
-					return fmt.Errorf("%s: %w", name, err)
+			}
+			for _, name := range args {
+				if name == "-" {
+					if err := each(name, s.in); err != nil {
+						return err
+					}
+					continue
+				}
+				fh, err := os.Open(name)
+				if err != nil {
+					return withCode(exitUsage, err)
+				}
+				err = each(name, fh)
+				fh.Close()
+				if err != nil {
+					return err
 				}
 			}
 			if summary {

@@ -256,6 +256,15 @@ func TestAuditCommand(t *testing.T) {
 	if _, errs, code := moat(t, "audit", bad); code != 1 || !strings.Contains(errs, "bad.jsonl:2") || !strings.Contains(errs, "bad.jsonl:3: schema version 7") {
 		t.Errorf("malformed lines: exit %d, stderr %q", code, errs)
 	}
+	// A forged line cannot drive the terminal; an overlong line is skipped,
+	// and the lines after it are still read.
+	forged := filepath.Join(t.TempDir(), "forged.jsonl")
+	long := `{"v":1,"proto":"http","host":"` + strings.Repeat("x", 2<<20) + `","verdict":"deny"}`
+	os.WriteFile(forged, []byte(long+"\n"+`{"v":1,"proto":"http","host":"a\u001b[2Jb\u202e.test","verdict":"deny"}`+"\n"), 0o600)
+	out, errs, code := moat(t, "audit", forged)
+	if code != 1 || !strings.Contains(errs, "forged.jsonl:1: line longer than") || strings.ContainsAny(out, "\x1b\u202e") || !strings.Contains(out, "a?[2Jb?.test") {
+		t.Errorf("forged log: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
 	for _, args := range [][]string{{"audit", "/nonexistent.jsonl"}, {"audit", "--host", "*.com", log}, {"audit", "--verdict", "maybe", log}} {
 		if _, errs, code := moat(t, args...); code != 2 || errs == "" {
 			t.Errorf("moat %v: exit %d, stderr %q; want 2", args, code, errs)

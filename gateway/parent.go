@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -123,7 +122,7 @@ func (p *Parent) route(h canon.Host, plain bool) *url.URL {
 // one applies, else through the checked dialer.
 func (g *Gateway) dialUpstream(ctx context.Context, id identity, d policy.Decision, plain bool) (net.Conn, netip.AddrPort, error) {
 	if d.Verdict == policy.Deny {
-		return nil, netip.AddrPort{}, errors.New("gateway: dial without an allow decision")
+		return nil, netip.AddrPort{}, errNoDecision
 	}
 	u := g.opt.Parent.route(d.Host, plain)
 	// localhost entries name this machine: through the parent they would

@@ -334,3 +334,40 @@ func TestQuarantineClosesUpgradedConnections(t *testing.T) {
 		t.Errorf("audit line of the WebSocket: %+v, want the upgraded bytes counted", ws)
 	}
 }
+
+// TestParentProxyRefusal: a parent proxy that refuses the tunnel gives the
+// client a 502 naming it, and the audit line keeps verdict allow (the
+// policy allowed it) with reason parent-proxy-failed.
+func TestParentProxyRefusal(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				http.ReadRequest(bufio.NewReader(c))
+				io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+			}()
+		}
+	}()
+	parent, err := ParseParent("http://"+l.Addr().String(), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, policy.Spec{Allow: []string{"far.test"}}, func(o *Options) { o.Parent = parent })
+	cresp, _ := rawConnect(t, e.addr, "far.test:443", testToken)
+	if cresp.StatusCode != http.StatusBadGateway || cresp.Header.Get("X-Moat-Reason") != "parent-proxy-failed" {
+		t.Errorf("CONNECT through a refusing parent: %d %q, want 502 parent-proxy-failed", cresp.StatusCode, cresp.Header.Get("X-Moat-Reason"))
+	}
+	ev := e.audit.events()
+	if len(ev) != 1 || ev[0].Verdict != "allow" || ev[0].Reason != "parent-proxy-failed" {
+		t.Errorf("audit: %+v, want one allow line with reason parent-proxy-failed", ev)
+	}
+}

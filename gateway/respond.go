@@ -107,6 +107,10 @@ func dialReply(err error) (r reply, reason, rule string) {
 		return reply{status: http.StatusForbidden, header: h, body: b.String()}, reason, rule
 	}
 	reason, rule = "upstream-unreachable", "none"
+	var pe *ParentError
+	if errors.As(err, &pe) {
+		reason = "parent-proxy-failed" // the parent refused or failed the tunnel
+	}
 	h.Set("X-Moat-Reason", reason)
 	return reply{status: http.StatusBadGateway, header: h, body: "Bad Gateway: " + sanitize(err.Error()) + "\n"}, reason, rule
 }

@@ -108,6 +108,27 @@ func newEnv(t *testing.T, spec policy.Spec, mod func(*Options)) *env {
 	return &env{gw: gw, addr: l.Addr().String(), dns: dns, audit: sink}
 }
 
+// tcpServer serves every connection to a loopback listener with handle,
+// each in its own goroutine, until the test ends; it returns host:port.
+func tcpServer(t *testing.T, handle func(net.Conn)) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go handle(c)
+		}
+	}()
+	return l.Addr().String()
+}
+
 func (e *env) client(token string) *http.Client {
 	u := &url.URL{Scheme: "http", Host: e.addr}
 	if token != "" {
@@ -658,27 +679,14 @@ func TestConcurrentAuditLines(t *testing.T) {
 
 func TestShutdownDrains(t *testing.T) {
 	// An upstream that echoes: a tunnel stays open until closed.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(c, c); c.Close() }()
-		}
-	}()
+	echo := tcpServer(t, func(c net.Conn) { io.Copy(c, c); c.Close() })
 	e := newEnv(t, policy.Spec{Allow: []string{"127.0.0.1"}}, nil)
 	c, err := net.Dial("tcp", e.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	io.WriteString(c, "CONNECT "+l.Addr().String()+" HTTP/1.1\r\nHost: x\r\nProxy-Authorization: Basic "+basic("u", testToken)+"\r\n\r\n")
+	io.WriteString(c, "CONNECT "+echo+" HTTP/1.1\r\nHost: x\r\nProxy-Authorization: Basic "+basic("u", testToken)+"\r\n\r\n")
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
 	if err != nil || resp.StatusCode != 200 {

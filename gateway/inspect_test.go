@@ -22,20 +22,7 @@ import (
 // tunnel under the same decision; without an interceptor the Inspect
 // decision is refused (fail closed).
 func TestInspectedConnect(t *testing.T) {
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer echo.Close()
-	go func() {
-		for {
-			c, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(c, c); c.Close() }()
-		}
-	}()
+	echo := tcpServer(t, func(c net.Conn) { io.Copy(c, c); c.Close() })
 	auth, err := ca.LoadOrCreate(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +42,7 @@ func TestInspectedConnect(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.SetDeadline(time.Now().Add(5 * time.Second))
-		io.WriteString(c, "CONNECT "+echo.Addr().String()+" HTTP/1.1\r\nHost: x\r\nProxy-Authorization: Basic "+basic("u", testToken)+"\r\n\r\n")
+		io.WriteString(c, "CONNECT "+echo+" HTTP/1.1\r\nHost: x\r\nProxy-Authorization: Basic "+basic("u", testToken)+"\r\n\r\n")
 		br := bufio.NewReader(c)
 		resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
 		if err != nil {

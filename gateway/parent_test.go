@@ -339,25 +339,12 @@ func TestQuarantineClosesUpgradedConnections(t *testing.T) {
 // client a 502 naming it, and the audit line keeps verdict allow (the
 // policy allowed it) with reason parent-proxy-failed.
 func TestParentProxyRefusal(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				http.ReadRequest(bufio.NewReader(c))
-				io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
-			}()
-		}
-	}()
-	parent, err := ParseParent("http://"+l.Addr().String(), "", "")
+	refusing := tcpServer(t, func(c net.Conn) {
+		defer c.Close()
+		http.ReadRequest(bufio.NewReader(c))
+		io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+	})
+	parent, err := ParseParent("http://"+refusing, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,37 +19,25 @@ import (
 // TestPoolRetriesStaleConnection: an upstream that closes every connection
 // after one keep-alive answer must not fail the next request.
 func TestPoolRetriesStaleConnection(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
 	var accepted atomic.Int64
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				body, _ := io.ReadAll(req.Body)
-				msg := fmt.Sprintf("%s %s %d", req.Method, req.URL.Path, len(body))
-				// 103 first: the pool must skip informational answers.
-				fmt.Fprintf(c, "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(msg), msg)
-				time.Sleep(20 * time.Millisecond) // then close: stale for the pool
-			}()
+	addr := tcpServer(t, func(c net.Conn) {
+		accepted.Add(1)
+		defer c.Close()
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
 		}
-	}()
+		body, _ := io.ReadAll(req.Body)
+		msg := fmt.Sprintf("%s %s %d", req.Method, req.URL.Path, len(body))
+		// 103 first: the pool must skip informational answers.
+		fmt.Fprintf(c, "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(msg), msg)
+		time.Sleep(20 * time.Millisecond) // then close: stale for the pool
+	})
 	e := newEnv(t, policy.Spec{Allow: []string{"ok.test"}, AllowedAddrs: loopbackCarveOut}, nil)
 	e.dns.Set("ok.test", []netip.Addr{netip.MustParseAddr("127.0.0.1")}, time.Minute)
-	port := l.Addr().(*net.TCPAddr).Port
+	_, ps, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(ps)
 	c := e.client(testToken)
 	c.Transport.(*http.Transport).DisableKeepAlives = false
 	for i := 0; i < 3; i++ {

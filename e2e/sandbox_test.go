@@ -100,6 +100,23 @@ func (b *box) moat(t *testing.T, stdin string, args ...string) (string, int) {
 	return out.String(), code
 }
 
+// setFilesystem replaces the filesystem section of the box's settings.
+func (b *box) setFilesystem(t *testing.T, section string) {
+	t.Helper()
+	data, err := os.ReadFile(b.settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i, j := bytes.Index(data, []byte("filesystem:")), bytes.Index(data, []byte("dns:"))
+	if i < 0 || j < i {
+		t.Fatalf("unexpected settings layout:\n%s", data)
+	}
+	data = append(append(append([]byte{}, data[:i]...), section...), data[j:]...)
+	if err := os.WriteFile(b.settings, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (b *box) sh(t *testing.T, script string) (string, int) {
 	t.Helper()
 	return b.moat(t, "", "-c", script)
@@ -411,14 +428,7 @@ func TestSandboxTerminal(t *testing.T) {
 // through the gateway alone.
 func TestSandboxFilesystemDisabled(t *testing.T) {
 	b := newBox(t, "")
-	data, _ := os.ReadFile(b.settings)
-	i := bytes.Index(data, []byte("filesystem:"))
-	j := bytes.Index(data, []byte("dns:"))
-	if i < 0 || j < i {
-		t.Fatalf("unexpected settings layout:\n%s", data)
-	}
-	data = append(append(append([]byte{}, data[:i]...), "filesystem:\n  disabled: true\n"...), data[j:]...)
-	os.WriteFile(b.settings, data, 0o600)
+	b.setFilesystem(t, "filesystem:\n  disabled: true\n")
 	outside := filepath.Join(b.home, "outside.txt")
 	out, code := b.sh(t, fmt.Sprintf(`echo written > %s && echo write-ok
 cat %s
@@ -448,15 +458,11 @@ func TestSandboxCAKeyHiddenUnderWritableHome(t *testing.T) {
 		key := filepath.Join(b.home, ".config", "moat", "ca", "key.pem")
 		os.MkdirAll(filepath.Dir(key), 0o700)
 		os.WriteFile(key, []byte("CA-PRIVATE-KEY\n"), 0o600)
-		data, _ := os.ReadFile(b.settings)
-		i, j := bytes.Index(data, []byte("filesystem:")), bytes.Index(data, []byte("dns:"))
 		fs := fsYAML
 		if strings.Contains(fs, "%q") {
 			fs = fmt.Sprintf(fs, b.home)
 		}
-		fs += "audit:\n  path: ~/state/audit.jsonl\n" // "~" expanded, parents created
-		data = append(append(append([]byte{}, data[:i]...), fs...), data[j:]...)
-		os.WriteFile(b.settings, data, 0o600)
+		b.setFilesystem(t, fs+"audit:\n  path: ~/state/audit.jsonl\n") // "~" expanded, parents created
 		auditLog := filepath.Join(b.home, "state", "audit.jsonl")
 		out, _ := b.sh(t, "cat "+key+" 2>&1; echo forged >> "+filepath.Join(b.project, ".moat.yaml")+" 2>&1; echo forged >> "+auditLog+" 2>&1; curl -s -o /dev/null "+b.up+"/bytes/1; echo end")
 		if got, err := os.ReadFile(auditLog); err != nil || bytes.Contains(got, []byte("forged")) || !bytes.Contains(got, []byte(`"verdict":"allow"`)) {
@@ -468,6 +474,35 @@ func TestSandboxCAKeyHiddenUnderWritableHome(t *testing.T) {
 		if got, err := os.ReadFile(filepath.Join(b.project, ".moat.yaml")); err == nil && len(got) > 0 {
 			t.Errorf("with %q the project's .moat.yaml was written from inside: %q", strings.TrimSpace(fsYAML), got)
 		}
+	}
+}
+
+// TestSandboxDenyReadInsideWritableRoot: a denyRead directory inside a
+// writable root hides protected names inside it too; the longest entry
+// decides, so allowWrite: ["~"] does not re-open a denied ~/.config.
+func TestSandboxDenyReadInsideWritableRoot(t *testing.T) {
+	b := newBox(t, "")
+	for _, f := range []string{".config/gh/hosts.yml", ".config/moat/settings.yaml", ".config/other/x"} {
+		p := filepath.Join(b.home, f)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte("HIDDEN-"+f+"\n"), 0o600)
+	}
+	os.WriteFile(filepath.Join(b.project, ".git", "config"), []byte("[core]\n# HIDDEN-gitconfig\n"), 0o644)
+	b.setFilesystem(t, fmt.Sprintf("filesystem:\n  allowWrite: [%q]\n  denyRead: [%q, %q]\n",
+		b.home, filepath.Join(b.home, ".config"), filepath.Join(b.project, ".git")))
+	out, code := b.sh(t, `cat ~/.config/gh/hosts.yml ~/.config/moat/settings.yaml ~/.config/other/x .git/config 2>&1
+echo x > ~/.config/new 2>&1; echo x > .git/config 2>&1; echo done`)
+	if code != 0 || !strings.Contains(out, "done") {
+		t.Fatalf("the run failed (exit %d):\n%s", code, out)
+	}
+	if strings.Contains(out, "HIDDEN") {
+		t.Errorf("a file under a denyRead directory was readable:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(b.home, ".config", "new")); err == nil {
+		t.Errorf("a write into the denied ~/.config reached the host")
+	}
+	if got, _ := os.ReadFile(filepath.Join(b.project, ".git", "config")); !strings.Contains(string(got), "HIDDEN-gitconfig") {
+		t.Errorf("the hidden .git/config was written: %q", got)
 	}
 }
 

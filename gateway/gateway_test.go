@@ -771,6 +771,7 @@ func TestDialVerdict(t *testing.T) {
 		{fmt.Errorf("dial: %w", resolver.ErrDenied), "deny"},
 		{resolver.ErrBadDestination, "deny"},
 		{resolver.ErrNoPolicy, "deny"},
+		{resolver.ErrInvalidName, "allow"},
 		{errNoDecision, "deny"},
 		{fmt.Errorf("lookup: %w", resolver.ErrNotFound), "allow"},
 		{&net.OpError{Op: "dial", Err: errors.New("connection refused")}, "allow"},
@@ -778,6 +779,11 @@ func TestDialVerdict(t *testing.T) {
 	} {
 		if got := dialVerdict(tc.err); got != tc.want {
 			t.Errorf("dialVerdict(%v) = %s, want %s", tc.err, got, tc.want)
+		}
+		// The reply agrees: a denial is a 403, a failure a 502.
+		rep, reason, _ := dialReply(tc.err)
+		if (tc.want == "deny") != (rep.status == http.StatusForbidden) || (tc.want == "allow" && reason != "upstream-unreachable") {
+			t.Errorf("dialReply(%v) = %d %s, for verdict %s", tc.err, rep.status, reason, tc.want)
 		}
 	}
 }

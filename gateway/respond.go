@@ -64,12 +64,17 @@ func ruleOrNone(r string) string {
 func dialVerdict(err error) string {
 	var ad *resolver.AddrDeniedError
 	switch {
-	case errors.As(err, &ad), errors.Is(err, resolver.ErrDenied), errors.Is(err, resolver.ErrNoPolicy),
-		errors.Is(err, resolver.ErrNoResolver), errors.Is(err, resolver.ErrBadDestination),
-		errors.Is(err, resolver.ErrInvalidName), errors.Is(err, errNoDecision):
+	case errors.As(err, &ad), dialRefused(err):
 		return "deny"
 	}
 	return "allow"
+}
+
+// dialRefused: the dialer's own checks refused a decision it was handed
+// (they back up the policy; a correct gateway never trips them).
+func dialRefused(err error) bool {
+	return errors.Is(err, resolver.ErrDenied) || errors.Is(err, resolver.ErrNoPolicy) ||
+		errors.Is(err, resolver.ErrBadDestination) || errors.Is(err, errNoDecision)
 }
 
 // dialReply maps an upstream dial error: a refused resolved address is a 403
@@ -105,6 +110,13 @@ func dialReply(err error) (r reply, reason, rule string) {
 		h.Set("X-Moat-Reason", reason)
 		h.Set("X-Moat-Rule", rule)
 		return reply{status: http.StatusForbidden, header: h, body: b.String()}, reason, rule
+	}
+	if dialRefused(err) {
+		reason, rule = "dial-refused", "none"
+		h.Set("X-Proxy-Error", "blocked-by-sandbox-runtime")
+		h.Set("X-Moat-Reason", reason)
+		h.Set("X-Moat-Rule", rule)
+		return reply{status: http.StatusForbidden, header: h, body: "Connection blocked: the gateway's dialer refused the destination\n"}, reason, rule
 	}
 	reason, rule = "upstream-unreachable", "none"
 	var pe *ParentError

@@ -474,9 +474,12 @@ func (c *countingConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Write counts first: by the time the peer has the bytes, the count
+// holds them (the audit line may be written the moment it answers).
 func (c *countingConn) Write(p []byte) (int, error) {
+	c.down.Add(int64(len(p)))
 	n, err := c.Conn.Write(p)
-	c.down.Add(int64(n))
+	c.down.Add(int64(n - len(p)))
 	return n, err
 }
 

@@ -131,6 +131,9 @@ func (m Mount) String() string {
 	if m.NoFollow {
 		s += " [symlink pinned]"
 	}
+	if m.InTree {
+		s += " [in-tree]"
+	}
 	return s
 }
 
@@ -270,10 +273,18 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	sort.Strings(overlayTargets)
 	overlayDone := map[string]bool{}
 
-	// 5. Hide denied directories; re-open allowed paths inside them.
+	// 5. Hide denied directories; re-open allowed paths inside them. The
+	// longest entry decides: allowWrite: ["~"] does not re-open a denied
+	// ~/.config, but allowRead: ["~/.ssh/known_hosts"] re-opens that file
+	// inside a denied ~/.ssh.
+	reopen := append(append([]string{}, allowRead...), allowWrite...)
+	visibleIn := func(q string, hidden []string) bool {
+		h := longestRoot(q, hidden)
+		return h == "" || len(longestRoot(q, reopen)) > len(h)
+	}
 	var hidden []string // denied dirs and files
 	for _, d := range sortedExisting(denyRead) {
-		if under(d, hidden) && !under(d, allowRead) && !under(d, allowWrite) {
+		if !visibleIn(d, hidden) {
 			continue // already hidden by a denied parent
 		}
 		fi, err := os.Stat(d)
@@ -307,9 +318,7 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 		}
 		add(Mount{Kind: MountSeal, Target: d, Flags: "ro"})
 	}
-	visible := func(q string) bool {
-		return !under(q, hidden) || under(q, allowRead) || under(q, allowWrite)
-	}
+	visible := func(q string) bool { return visibleIn(q, hidden) }
 	isWritable := func(q string) bool { return under(q, writable) && visible(q) }
 	pinRoots := writable
 	if s.OpenFilesystem {

@@ -237,7 +237,7 @@ reported with its file and line number, and the exit code is then 1.`,
 					if i == 10 {
 						break
 					}
-					fmt.Fprintf(s.out, "  denied %dx %s\n", denied[d], d)
+					fmt.Fprintf(s.out, "  denied %dx %s\n", denied[d], printable(d))
 				}
 			}
 			if bad > 0 {

@@ -261,7 +261,7 @@ func TestAuditCommand(t *testing.T) {
 	forged := filepath.Join(t.TempDir(), "forged.jsonl")
 	long := `{"v":1,"proto":"http","host":"` + strings.Repeat("x", 2<<20) + `","verdict":"deny"}`
 	os.WriteFile(forged, []byte(long+"\n"+`{"v":1,"proto":"http","host":"a\u001b[2Jb\u202e.test","verdict":"deny"}`+"\n"), 0o600)
-	out, errs, code := moat(t, "audit", forged)
+	out, errs, code := moat(t, "audit", "--summary", forged)
 	if code != 1 || !strings.Contains(errs, "forged.jsonl:1: line longer than") || strings.ContainsAny(out, "\x1b\u202e") || !strings.Contains(out, "a?[2Jb?.test") {
 		t.Errorf("forged log: exit %d, stdout %q, stderr %q", code, out, errs)
 	}

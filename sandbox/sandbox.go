@@ -276,8 +276,11 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	// 5. Hide denied directories; re-open allowed paths inside them. The
 	// longest entry decides: allowWrite: ["~"] does not re-open a denied
 	// ~/.config, but allowRead: ["~/.ssh/known_hosts"] re-opens that file
-	// inside a denied ~/.ssh.
-	reopen := append(append([]string{}, allowRead...), allowWrite...)
+	// inside a denied ~/.ssh; an allow entry naming the denied path itself
+	// wins (as later rules do in the Seatbelt profile). A re-opened path is
+	// writable only if a write root deeper than the deny covers it.
+	writeRoots := append([]string{tmpDir}, allowWrite...)
+	reopen := append(append([]string{}, allowRead...), writeRoots...)
 	visibleIn := func(q string, hidden []string) bool {
 		h := longestRoot(q, hidden)
 		return h == "" || len(longestRoot(q, reopen)) > len(h)
@@ -286,6 +289,9 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	for _, d := range sortedExisting(denyRead) {
 		if !visibleIn(d, hidden) {
 			continue // already hidden by a denied parent
+		}
+		if longestRoot(d, reopen) == d {
+			continue // allowed by name
 		}
 		fi, err := os.Stat(d)
 		if err != nil {
@@ -306,12 +312,12 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 				add(Mount{Kind: MountBind, Source: overlays[t], Target: t, Flags: "ro"})
 			}
 		}
-		for _, a := range sortedExisting(append(append([]string{}, allowRead...), allowWrite...)) {
+		for _, a := range sortedExisting(reopen) {
 			if a == d || !strings.HasPrefix(a, d+"/") {
 				continue
 			}
 			fl := "ro"
-			if under(a, allowWrite) && !under(a, denyWrite) {
+			if len(longestRoot(a, writeRoots)) > len(d) && !under(a, denyWrite) {
 				fl = "rw"
 			}
 			add(Mount{Kind: MountBind, Source: a, Target: a, Flags: fl})
@@ -365,13 +371,28 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	// link on the way that sits in a writable directory is pinned, so the
 	// command cannot swap one for a path of its own that the host would
 	// follow later.
+	// protect makes an existing protected path read-only. Hidden by a
+	// denyRead entry it needs nothing, except where something inside it is
+	// re-opened writable: that stays read-only (the protection wins).
+	protect := func(p string) {
+		if isWritable(p) {
+			roProtect = append(roProtect, p)
+			return
+		}
+		if visible(p) {
+			return
+		}
+		for _, a := range sortedExisting(reopen) {
+			if strings.HasPrefix(a, p+"/") && isWritable(a) {
+				roProtect = append(roProtect, a)
+			}
+		}
+	}
 	var linkPins []string
 	for _, e := range ex {
 		links, final := linkChain(e)
 		if len(links) == 0 {
-			if isWritable(e) {
-				roProtect = append(roProtect, e)
-			}
+			protect(e)
 			continue
 		}
 		for _, l := range links {
@@ -382,9 +403,7 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 		switch {
 		case final == "": // a loop: nothing can be written through it
 		case exists(final):
-			if isWritable(final) {
-				roProtect = append(roProtect, final)
-			}
+			protect(final)
 		default:
 			if m := firstMissing("/", strings.TrimPrefix(final, "/")); m != "" && isWritable(filepath.Dir(m)) {
 				miss = append(miss, m)

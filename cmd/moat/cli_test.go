@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -269,5 +270,26 @@ func TestAuditCommand(t *testing.T) {
 		if _, errs, code := moat(t, args...); code != 2 || errs == "" {
 			t.Errorf("moat %v: exit %d, stderr %q; want 2", args, code, errs)
 		}
+	}
+}
+
+func TestAllowCannotReopenForcedDenies(t *testing.T) {
+	cfg := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", cfg)
+	key := filepath.Join(cfg, "moat", "ca", "key.pem")
+	os.MkdirAll(filepath.Dir(key), 0o700)
+	os.WriteFile(key, []byte("k"), 0o600)
+	s := settingsFile(t, fmt.Sprintf("filesystem:\n  allowRead: [%q]\n", key))
+	_, errs, code := moat(t, "plan", "--settings", s, "--", "true")
+	if code != 2 || !strings.Contains(errs, "filesystem.allowRead") || !strings.Contains(errs, "always hidden") {
+		t.Errorf("allowRead of the CA key: exit %d, %q; want 2 naming the field", code, errs)
+	}
+	_, errs, code = moat(t, "plan", "--allow-write", key, "--", "true")
+	if code != 2 || !strings.Contains(errs, "--allow-write") {
+		t.Errorf("--allow-write of the CA key: exit %d, %q", code, errs)
+	}
+	// A parent is shorter than the deny: allowed, and the key stays hidden.
+	if out, errs, code := moat(t, "plan", "--allow-write", filepath.Dir(key), "--", "true"); code != 0 || !strings.Contains(out, key) {
+		t.Errorf("--allow-write of the CA directory: exit %d, %q\n%s", code, errs, out)
 	}
 }

@@ -128,19 +128,24 @@ func sandboxSpec(f *config.File, fl *runFlags, argv []string, s stdio) (sandbox.
 		filepath.Join(home, ".config", "moat"),
 		filepath.Join(home, ".srt-settings.json"),
 	)
-	// The CA's key never enters the sandbox, wherever it lives.
+	// The CA's key never enters the sandbox, wherever it lives, and
+	// neither does any session's private gateway directory (ours is bound
+	// into /run/moat from its host path). No allow entry re-opens them.
+	var forced []string
 	if caDir, err := ca.DefaultDir(); err == nil {
-		spec.DenyRead = append(spec.DenyRead, filepath.Join(caDir, ca.KeyFile))
+		forced = append(forced, filepath.Join(caDir, ca.KeyFile))
 		spec.DenyWrite = append(spec.DenyWrite, caDir)
 	}
 	if t := f.Network.TLSTerminate; t != nil && t.CAKeyPath != "" {
-		spec.DenyRead = append(spec.DenyRead, expandPath(t.CAKeyPath, home, dir))
+		forced = append(forced, expandPath(t.CAKeyPath, home, dir))
 	}
-	// Every session's private gateway directory, ours included: our socket
-	// is bound into /run/moat from its host path.
 	if base, err := gatewayBase(); err == nil {
-		spec.DenyRead = append(spec.DenyRead, base)
+		forced = append(forced, base)
 	}
+	if err := notReopened(spec, forced); err != nil {
+		return sandbox.Spec{}, err
+	}
+	spec.DenyRead = append(spec.DenyRead, forced...)
 	// The project's own settings file is searched first: never writable,
 	// even when filesystem.disabled turns the mandatory denies off. Nor is
 	// the audit log, which a command could otherwise forge.
@@ -155,6 +160,24 @@ func sandboxSpec(f *config.File, fl *runFlags, argv []string, s stdio) (sandbox.
 		spec.DenyWrite = append(spec.DenyWrite, expandPath(fl.settings, home, dir))
 	}
 	return spec, nil
+}
+
+// notReopened refuses allow entries that name a path moat always hides, or
+// a path inside one: an allow entry that names a denied path re-opens it.
+func notReopened(spec sandbox.Spec, hidden []string) error {
+	for _, list := range []struct {
+		field string
+		paths []string
+	}{{"filesystem.allowRead", spec.AllowRead}, {"filesystem.allowWrite (or --allow-write)", spec.AllowWrite}} {
+		for _, a := range list.paths {
+			for _, h := range hidden {
+				if a == h || strings.HasPrefix(a, h+"/") {
+					return usageErr("%s: %s is always hidden from the sandbox (%s); remove the entry", list.field, a, h)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // violations collects the denials of one run for --report.
@@ -334,7 +357,12 @@ func runCmd(s stdio) *cobra.Command {
 					closeAudit()
 					return withCode(sandbox.SetupExitCode, fmt.Errorf("masked credential files: %w", err))
 				}
-				spec.DenyRead = append(spec.DenyRead, st.creds.DeniedFiles()...)
+				denied := st.creds.DeniedFiles()
+				if err := notReopened(spec, denied); err != nil {
+					closeAudit()
+					return err
+				}
+				spec.DenyRead = append(spec.DenyRead, denied...)
 			}
 			sock := filepath.Join(dir, "gateway.sock")
 			l, err := net.Listen("unix", sock)

@@ -453,18 +453,25 @@ curl -s -m 3 --noproxy '*' http://%s:%s/ >/dev/null 2>&1 || echo direct-refused`
 // when $HOME is writable, and with filesystem.disabled: the binds that
 // protect ~/.config/moat must not lay the host's key back over its hiding.
 func TestSandboxCAKeyHiddenUnderWritableHome(t *testing.T) {
-	for _, fsYAML := range []string{"filesystem:\n  allowWrite: [%q]\n", "filesystem:\n  disabled: true\n"} {
+	for _, fsYAML := range []string{
+		"filesystem:\n  allowWrite: [%[1]q]\n",
+		"filesystem:\n  disabled: true\n",
+		// Allow entries that resolve onto the key: a glob, and a link the
+		// command could have planted in the project in an earlier run.
+		"filesystem:\n  allowWrite: [%[1]q]\n  allowRead: [\"~/.config/moat/ca/*\", \"./docs\"]\n",
+	} {
 		b := newBox(t, "")
 		key := filepath.Join(b.home, ".config", "moat", "ca", "key.pem")
 		os.MkdirAll(filepath.Dir(key), 0o700)
 		os.WriteFile(key, []byte("CA-PRIVATE-KEY\n"), 0o600)
+		os.Symlink(key, filepath.Join(b.project, "docs"))
 		fs := fsYAML
-		if strings.Contains(fs, "%q") {
+		if strings.Contains(fs, "%[1]q") {
 			fs = fmt.Sprintf(fs, b.home)
 		}
 		b.setFilesystem(t, fs+"audit:\n  path: ~/state/audit.jsonl\n") // "~" expanded, parents created
 		auditLog := filepath.Join(b.home, "state", "audit.jsonl")
-		out, _ := b.sh(t, "cat "+key+" 2>&1; echo forged >> "+filepath.Join(b.project, ".moat.yaml")+" 2>&1; echo forged >> "+auditLog+" 2>&1; curl -s -o /dev/null "+b.up+"/bytes/1; echo end")
+		out, _ := b.sh(t, "cat "+key+" docs 2>&1; echo forged >> "+filepath.Join(b.project, ".moat.yaml")+" 2>&1; echo forged >> "+auditLog+" 2>&1; curl -s -o /dev/null "+b.up+"/bytes/1; echo end")
 		if got, err := os.ReadFile(auditLog); err != nil || bytes.Contains(got, []byte("forged")) || !bytes.Contains(got, []byte(`"verdict":"allow"`)) {
 			t.Errorf("with %q the audit log at ~/state: %v, %q (want moat's lines only)", strings.TrimSpace(fsYAML), err, got)
 		}
@@ -509,9 +516,10 @@ echo x > ~/.config/new 2>&1; echo x > .git/config 2>&1; echo done`)
 // TestSandboxReopenRules: what re-opens a denied path, and what may be
 // written there. A file re-opened inside a hidden .git stays read-only
 // (protection and the deny's depth both win over allowWrite: ["."]); an
-// allowRead naming a denied path itself re-opens it; a shorter allowWrite
-// does not make a re-opened file writable; the private TMPDIR stays usable
-// under a denied /tmp.
+// allowRead naming a denied path itself does not re-open it (the deny wins
+// a tie: a symlink or glob could otherwise resolve an allow entry onto any
+// denied path); a shorter allowWrite does not make a re-opened file
+// writable; the private TMPDIR stays usable under a denied /tmp.
 func TestSandboxReopenRules(t *testing.T) {
 	b := newBox(t, "")
 	hook := filepath.Join(b.project, ".git", "hooks", "pre-commit")
@@ -529,18 +537,45 @@ func TestSandboxReopenRules(t *testing.T) {
 cat ~/.ssh/known_hosts; echo x >> ~/.ssh/known_hosts 2>/dev/null && echo SSH-WRITTEN; cat ~/.ssh/config 2>&1
 cat ~/keys/k
 echo t > "$TMPDIR/x" && cat "$TMPDIR/x"; echo done`)
-	for _, want := range []string{"# host hook", "KNOWN", "KEY-BY-NAME", "t\ndone"} {
+	for _, want := range []string{"# host hook", "KNOWN", "t\ndone"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("exit %d, want %q in:\n%s", code, want, out)
 		}
 	}
-	for _, bad := range []string{"HOOK-WRITTEN", "SSH-WRITTEN", "SSH-CONFIG"} {
+	for _, bad := range []string{"HOOK-WRITTEN", "SSH-WRITTEN", "SSH-CONFIG", "KEY-BY-NAME"} {
 		if strings.Contains(out, bad) {
 			t.Errorf("%s inside:\n%s", bad, out)
 		}
 	}
 	if got, _ := os.ReadFile(hook); strings.Contains(string(got), "evil") {
 		t.Errorf("the host's git hook was written: %q", got)
+	}
+}
+
+// TestSandboxWriteRootsAtProtectedNames: a write root that is a file
+// works; one that is (or holds) a protected name keeps that name
+// read-only, though the project around it is not writable.
+func TestSandboxWriteRootsAtProtectedNames(t *testing.T) {
+	b := newBox(t, "")
+	p := b.project
+	os.WriteFile(filepath.Join(p, "notes.txt"), []byte("notes\n"), 0o644)
+	os.WriteFile(filepath.Join(p, ".git", "hooks", "pre-commit"), []byte("# hook\n"), 0o755)
+	os.MkdirAll(filepath.Join(p, ".vscode"), 0o755)
+	b.setFilesystem(t, fmt.Sprintf("filesystem:\n  allowWrite: [%q, %q, %q]\n",
+		filepath.Join(p, "notes.txt"), filepath.Join(p, ".git"), filepath.Join(p, ".vscode")))
+	out, code := b.sh(t, `echo more >> notes.txt && echo NOTES-OK
+echo evil >> .git/hooks/pre-commit 2>/dev/null && echo HOOK-WRITTEN
+echo evil >> .git/config 2>/dev/null && echo CONFIG-WRITTEN
+echo x > .git/scratch && echo GIT-DIR-OK
+echo '{}' > .vscode/tasks.json 2>/dev/null && echo VSCODE-WRITTEN
+echo done`)
+	if code != 0 || !strings.Contains(out, "NOTES-OK") || !strings.Contains(out, "GIT-DIR-OK") || !strings.Contains(out, "done") {
+		t.Errorf("exit %d, want notes.txt and .git/scratch writable:\n%s", code, out)
+	}
+	for _, bad := range []string{"HOOK-WRITTEN", "CONFIG-WRITTEN", "VSCODE-WRITTEN"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("%s:\n%s", bad, out)
+		}
 	}
 }
 

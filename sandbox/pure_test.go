@@ -181,7 +181,7 @@ func TestSeatbeltGolden(t *testing.T) {
 			AllowUnixSockets: []string{"/var/run/docker.sock"}},
 			SeatbeltOptions{TmpDir: "/t", HTTPPort: 1, SOCKSPort: 2}},
 		{"filesystem-disabled", Spec{Args: []string{"true"}, Dir: "/Users/u/proj", OpenFilesystem: true,
-			DenyRead: []string{"/Users/u/.config/moat/ca/key.pem"}, DenyWrite: []string{"/Users/u/.config/moat", "/Users/u/proj/.moat.yaml"}},
+			AlwaysHidden: []string{"/Users/u/.config/moat/ca/key.pem"}, DenyWrite: []string{"/Users/u/.config/moat", "/Users/u/proj/.moat.yaml"}},
 			SeatbeltOptions{TmpDir: "/t", Home: "/Users/u", HTTPPort: 1, SOCKSPort: 2}},
 	}
 	for _, tc := range cases {

@@ -43,7 +43,11 @@ type Spec struct {
 	// (gateway.Gateway accepts both); leave it off for another gateway.
 	PassConnections bool
 
-	DenyRead, AllowRead   []string // reads are open except DenyRead, with AllowRead re-opened inside
+	DenyRead, AllowRead []string // reads are open except DenyRead, with AllowRead re-opened inside
+	// AlwaysHidden are hidden like DenyRead, but nothing re-opens them or
+	// anything inside them, whatever an allow entry names or resolves to
+	// (moat's CA key, the gateway directories, denied credential files).
+	AlwaysHidden          []string
 	AllowWrite, DenyWrite []string // writes only to AllowWrite (plus TMPDIR), minus DenyWrite
 	AllowGitConfig        bool     // lets the command write .git/config
 
@@ -221,7 +225,8 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	if s.TrustBundle != "" && !filepath.IsAbs(s.TrustBundle) {
 		errs = append(errs, fmt.Errorf("sandbox: TrustBundle %q: path must be absolute", s.TrustBundle))
 	}
-	denyRead := abs("DenyRead", s.DenyRead)
+	alwaysHidden := abs("AlwaysHidden", s.AlwaysHidden)
+	denyRead := append(abs("DenyRead", s.DenyRead), alwaysHidden...)
 	allowRead := abs("AllowRead", s.AllowRead)
 	allowWrite := abs("AllowWrite", s.AllowWrite)
 	denyWrite := abs("DenyWrite", s.DenyWrite)
@@ -230,6 +235,13 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 		return nil, err
 	}
 	dir = resolveLinks(filepath.Clean(dir))
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		why := "not a directory"
+		if err != nil {
+			why = err.Error()
+		}
+		return nil, fmt.Errorf("%w: working directory %s: %s", ErrSetup, dir, why)
+	}
 	tmpDir := filepath.Join(runDir, "tmp")
 	empty := filepath.Join(runDir, "empty")
 	p := &PlanInfo{Args: append([]string(nil), s.Args...), Dir: dir, TmpDir: tmpDir}
@@ -276,22 +288,24 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	// 5. Hide denied directories; re-open allowed paths inside them. The
 	// longest entry decides: allowWrite: ["~"] does not re-open a denied
 	// ~/.config, but allowRead: ["~/.ssh/known_hosts"] re-opens that file
-	// inside a denied ~/.ssh; an allow entry naming the denied path itself
-	// wins (as later rules do in the Seatbelt profile). A re-opened path is
-	// writable only if a write root deeper than the deny covers it.
+	// inside a denied ~/.ssh; on a tie (an allow entry naming the denied
+	// path, or resolving to it through a glob or a symlink) the deny wins.
+	// A re-opened path is writable only if a write root deeper than the
+	// deny covers it. Nothing re-opens AlwaysHidden.
 	writeRoots := append([]string{tmpDir}, allowWrite...)
 	reopen := append(append([]string{}, allowRead...), writeRoots...)
-	visibleIn := func(q string, hidden []string) bool {
+	shownIn := func(q string, hidden []string) bool {
 		h := longestRoot(q, hidden)
 		return h == "" || len(longestRoot(q, reopen)) > len(h)
 	}
+	visibleIn := func(q string, hidden []string) bool { return !under(q, alwaysHidden) && shownIn(q, hidden) }
 	var hidden []string // denied dirs and files
 	for _, d := range sortedExisting(denyRead) {
-		if !visibleIn(d, hidden) {
+		if !shownIn(d, hidden) {
 			continue // already hidden by a denied parent
 		}
-		if longestRoot(d, reopen) == d {
-			continue // allowed by name
+		if p := longestRoot(d, alwaysHidden); p != "" && p != d {
+			continue // inside an always-hidden path: hidden, never re-opened
 		}
 		fi, err := os.Stat(d)
 		if err != nil {
@@ -313,7 +327,7 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 			}
 		}
 		for _, a := range sortedExisting(reopen) {
-			if a == d || !strings.HasPrefix(a, d+"/") {
+			if a == d || !strings.HasPrefix(a, d+"/") || under(a, alwaysHidden) {
 				continue
 			}
 			fl := "ro"
@@ -353,7 +367,9 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 	}
 	var mroots []string
 	for _, r := range dedupe(roots) {
-		if r != tmpDir && isWritable(r) {
+		// A file is a write root of its own (allowWrite: ["./notes.txt"]):
+		// nothing below it to protect.
+		if fi, err := os.Stat(r); r != tmpDir && isWritable(r) && err == nil && fi.IsDir() {
 			mroots = append(mroots, r)
 		}
 	}
@@ -365,6 +381,38 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 		mroots = nil // srt drops every filesystem rule
 	}
 	ex, miss := MandatoryDenies(mroots, depth, s.AllowGitConfig)
+	// A write root at or inside a protected name of the working directory
+	// or $HOME (allowWrite: ["./.git"] or ["./.git/hooks"], the directory
+	// itself not writable): the names it holds, or the root itself, stay
+	// protected, though no writable root above them was scanned.
+	if !s.OpenFilesystem {
+		bases := []string{dir}
+		if h := homeOf(s.Env); h != "" {
+			bases = append(bases, resolveLinks(h))
+		}
+		for _, base := range dedupe(bases) {
+			if !exists(base) {
+				continue
+			}
+			for _, n := range mandatoryNames(s.AllowGitConfig) {
+				p := filepath.Join(base, n)
+				for _, w := range writable {
+					switch {
+					case w == tmpDir:
+					case p == w || strings.HasPrefix(p, w+"/"):
+						if exists(p) {
+							ex = append(ex, p)
+						} else if m := firstMissing("/", strings.TrimPrefix(p, "/")); strings.HasPrefix(m, base+"/") && under(m, []string{w}) {
+							miss = append(miss, m)
+						}
+					case strings.HasPrefix(w, p+"/"):
+						ex = append(ex, w)
+					}
+				}
+			}
+		}
+		ex, miss = dedupe(ex), dedupe(miss)
+	}
 	// A protected name reached through symlinks (.bashrc -> dotfiles/bashrc,
 	// or a linked directory on the way): the file it resolves to is
 	// protected, or held by a placeholder if it does not exist, and every

@@ -43,7 +43,7 @@ func SeatbeltProfile(s Spec, o SeatbeltOptions) (string, error) {
 	if o.SOCKSPort == 0 {
 		o.SOCKSPort = DefaultSOCKSPort
 	}
-	for _, l := range [][]string{s.DenyRead, s.AllowRead, s.AllowWrite, s.DenyWrite, s.AllowUnixSockets} {
+	for _, l := range [][]string{s.DenyRead, s.AllowRead, s.AllowWrite, s.DenyWrite, s.AllowUnixSockets, s.AlwaysHidden} {
 		for _, p := range l {
 			if !filepath.IsAbs(p) {
 				return "", fmt.Errorf("sandbox: %q: path must be absolute", p)
@@ -80,6 +80,14 @@ func SeatbeltProfile(s Spec, o SeatbeltOptions) (string, error) {
 	if len(s.AllowRead) > 0 {
 		w("(allow file-read*")
 		for _, p := range s.AllowRead {
+			w("  %s", sbPath(p))
+		}
+		w(")")
+	}
+	if len(s.AlwaysHidden) > 0 {
+		w("; moat's own secrets: after every allow, so nothing re-opens them")
+		w("(deny file-read* file-write*")
+		for _, p := range s.AlwaysHidden {
 			w("  %s", sbPath(p))
 		}
 		w(")")
@@ -142,7 +150,7 @@ func SeatbeltProfile(s Spec, o SeatbeltOptions) (string, error) {
 		w(")")
 	}
 	// Moving a parent away would move a protected path with it.
-	anc := ancestors(append(append([]string{}, s.DenyRead...), s.DenyWrite...))
+	anc := ancestors(append(append(append([]string{}, s.DenyRead...), s.DenyWrite...), s.AlwaysHidden...))
 	if len(anc) > 0 {
 		w("; renames of protected paths and their parents")
 		w("(deny file-write-unlink")

@@ -145,7 +145,7 @@ func sandboxSpec(f *config.File, fl *runFlags, argv []string, s stdio) (sandbox.
 	if err := notReopened(spec, forced); err != nil {
 		return sandbox.Spec{}, err
 	}
-	spec.DenyRead = append(spec.DenyRead, forced...)
+	spec.AlwaysHidden = append(spec.AlwaysHidden, forced...)
 	// The project's own settings file is searched first: never writable,
 	// even when filesystem.disabled turns the mandatory denies off. Nor is
 	// the audit log, which a command could otherwise forge.
@@ -362,7 +362,7 @@ func runCmd(s stdio) *cobra.Command {
 					closeAudit()
 					return err
 				}
-				spec.DenyRead = append(spec.DenyRead, denied...)
+				spec.AlwaysHidden = append(spec.AlwaysHidden, denied...)
 			}
 			sock := filepath.Join(dir, "gateway.sock")
 			l, err := net.Listen("unix", sock)

@@ -579,6 +579,26 @@ echo done`)
 	}
 }
 
+// TestSandboxSymlinkedSettingsPinned: a --settings file reached through a
+// link in the writable project cannot be swapped for the command's own.
+func TestSandboxSymlinkedSettingsPinned(t *testing.T) {
+	b := newBox(t, "")
+	conf := filepath.Join(b.project, "conf")
+	os.MkdirAll(conf, 0o755)
+	real, _ := os.ReadFile(b.settings)
+	os.WriteFile(filepath.Join(conf, "real.yaml"), real, 0o644)
+	link := filepath.Join(b.project, "s.yaml")
+	os.Symlink("conf/real.yaml", link)
+	b.settings = link
+	out, _ := b.sh(t, `rm -f s.yaml 2>/dev/null; echo "filesystem: {disabled: true}" > s.yaml 2>/dev/null; echo done`)
+	if target, err := os.Readlink(link); err != nil || target != "conf/real.yaml" {
+		t.Errorf("the settings link was replaced from inside: %q %v\n%s", target, err, out)
+	}
+	if got, _ := os.ReadFile(filepath.Join(conf, "real.yaml")); !bytes.Equal(got, real) {
+		t.Errorf("the settings file was written from inside")
+	}
+}
+
 // TestSandboxRunThatNeverRunsLeavesNothing: `moat run` boots the sandbox's
 // PID 1 while it parses its command line; a run that stops at the command
 // line (help, a bad flag, no command, bad settings) keeps its exit code and

@@ -458,6 +458,21 @@ func buildPlan(s Spec, runDir string) (*PlanInfo, error) {
 			}
 		}
 	}
+	// A denyWrite entry reached through symlinks (--settings ./s.yaml ->
+	// conf/real.yaml, an audit log link): the entry is resolved above, and
+	// the links on the way are pinned too, so that the command cannot point
+	// them at a file of its own for the next run.
+	for _, raw := range s.DenyWrite {
+		if !filepath.IsAbs(raw) || strings.ContainsAny(raw, "*?[") {
+			continue
+		}
+		links, _ := linkChain(raw)
+		for _, l := range links {
+			if isWritable(filepath.Dir(l)) {
+				linkPins = append(linkPins, l)
+			}
+		}
+	}
 	linkPins = dedupe(linkPins)
 	for _, m := range miss {
 		if isWritable(filepath.Dir(m)) {

@@ -526,7 +526,14 @@ func (g *Gateway) trackTunnel(t *tunnel) (untrack func()) {
 // finishes. Copies between *net.TCPConn and *net.UnixConn use splice.
 // It returns the bytes sent upstream and downstream.
 func (g *Gateway) pipe(id identity, client, upstream net.Conn) (up, down int64) {
-	defer g.trackTunnel(&tunnel{a: client, b: upstream, client: id.client, opaque: true})()
+	return g.pipeTracked(client, upstream, g.trackTunnel(&tunnel{a: client, b: upstream, client: id.client, opaque: true}))
+}
+
+// pipeTracked is pipe for a tunnel the caller registered already (before
+// answering the client, so that a Shutdown that starts the moment the
+// client has its answer waits for this tunnel); untrack ends it.
+func (g *Gateway) pipeTracked(client, upstream net.Conn, untrack func()) (up, down int64) {
+	defer untrack()
 	done := make(chan int64, 1)
 	go func() {
 		n, _ := relay(upstream, client)

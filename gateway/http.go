@@ -450,6 +450,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, id identi
 		upstream.Close()
 		return
 	}
+	untrack := g.trackTunnel(&tunnel{a: client, b: upstream, client: id.client, opaque: true})
 	_, err = io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n")
 	if err == nil && brw.Reader.Buffered() > 0 {
 		// Bytes the client sent right after the CONNECT request.
@@ -458,8 +459,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, id identi
 		e.BytesUp += int64(len(b))
 	}
 	if err != nil {
-		client.Close()
-		upstream.Close()
+		untrack() // closes both
 		return
 	}
 	raw := client
@@ -468,7 +468,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, id identi
 			raw = c
 		}
 	}
-	up, down := g.pipe(id, raw, upstream)
+	up, down := g.pipeTracked(raw, upstream, untrack)
 	e.BytesUp += up
 	e.BytesDown = down
 	g.budgets.charge(id.client, matched, e.BytesUp, e.BytesDown)
@@ -547,5 +547,10 @@ func (c *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return conn, brw, err
 	}
 	c.hijacked = c.track(conn)
+	if tc, ok := c.hijacked.(*trackedConn); ok && brw != nil {
+		// Bytes the server read ahead (its background read takes one)
+		// are forwarded from brw, past the counting connection.
+		tc.up.Add(int64(brw.Reader.Buffered()))
+	}
 	return c.hijacked, brw, nil
 }

@@ -180,15 +180,18 @@ func (g *Gateway) socksConnect(ctx context.Context, w io.Writer, r *socks5.Reque
 		return err
 	}
 	e.Addr = addr.String()
+	// Registered before the reply: a Shutdown that starts the moment the
+	// client has it waits for this tunnel.
+	untrack := g.trackTunnel(&tunnel{a: client, b: upstream, client: st.id.client, opaque: true})
 	// Never reveal the gateway's own upstream address.
 	if err := socks5.SendReply(w, replySucceeded, &net.TCPAddr{IP: net.IPv4zero}); err != nil {
-		upstream.Close()
+		untrack()
 		return err
 	}
 	if br, ok := r.Reader.(*bufio.Reader); ok && br.Buffered() > 0 {
 		b, _ := br.Peek(br.Buffered())
 		if _, err := upstream.Write(b); err != nil {
-			upstream.Close()
+			untrack()
 			return err
 		}
 		e.BytesUp += int64(len(b))
@@ -199,7 +202,7 @@ func (g *Gateway) socksConnect(ctx context.Context, w io.Writer, r *socks5.Reque
 			raw = c
 		}
 	}
-	up, down := g.pipe(st.id, raw, upstream)
+	up, down := g.pipeTracked(raw, upstream, untrack)
 	e.BytesUp += up
 	e.BytesDown = down
 	g.budgets.charge(st.id.client, st.budget, e.BytesUp, e.BytesDown)

@@ -455,6 +455,11 @@ func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return c, brw, err
 	}
 	w.upgraded = &countingConn{Conn: c}
+	if brw != nil {
+		// Bytes the server read ahead are forwarded from brw, past the
+		// counting connection.
+		w.upgraded.up.Add(int64(brw.Reader.Buffered()))
+	}
 	if w.track == nil {
 		return w.upgraded, brw, nil
 	}

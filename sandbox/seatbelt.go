@@ -52,6 +52,17 @@ func SeatbeltProfile(s Spec, o SeatbeltOptions) (string, error) {
 	}
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	// rule writes one SBPL rule over paths; nothing for none.
+	rule := func(head string, paths []string) {
+		if len(paths) == 0 {
+			return
+		}
+		w("(%s", head)
+		for _, p := range paths {
+			w("  %s", sbPath(p))
+		}
+		w(")")
+	}
 	w("(version 1)")
 	w("(deny default)")
 	w("")
@@ -70,27 +81,11 @@ func SeatbeltProfile(s Spec, o SeatbeltOptions) (string, error) {
 	w("")
 	w("; reads: open, minus the credential stores, plus allowRead inside them")
 	w("(allow file-read*)")
-	if len(s.DenyRead) > 0 {
-		w("(deny file-read*")
-		for _, p := range s.DenyRead {
-			w("  %s", sbPath(p))
-		}
-		w(")")
-	}
-	if len(s.AllowRead) > 0 {
-		w("(allow file-read*")
-		for _, p := range s.AllowRead {
-			w("  %s", sbPath(p))
-		}
-		w(")")
-	}
+	rule("deny file-read*", s.DenyRead)
+	rule("allow file-read*", s.AllowRead)
 	if len(s.AlwaysHidden) > 0 {
 		w("; moat's own secrets: after every allow, so nothing re-opens them")
-		w("(deny file-read* file-write*")
-		for _, p := range s.AlwaysHidden {
-			w("  %s", sbPath(p))
-		}
-		w(")")
+		rule("deny file-read* file-write*", s.AlwaysHidden)
 	}
 	w("")
 	writable := append([]string{}, s.AllowWrite...)
@@ -105,20 +100,10 @@ func SeatbeltProfile(s Spec, o SeatbeltOptions) (string, error) {
 		w("; writes: allowWrite and TMPDIR only")
 		w("(allow file-write-data (literal \"/dev/null\") (literal \"/dev/zero\") (literal \"/dev/tty\") (regex #\"^/dev/ttys[0-9]+$\") (literal \"/dev/dtracehelper\"))")
 	}
-	if len(writable) > 0 && !s.OpenFilesystem {
-		w("(allow file-write*")
-		for _, p := range writable {
-			w("  %s", sbPath(p))
-		}
-		w(")")
+	if !s.OpenFilesystem {
+		rule("allow file-write*", writable)
 	}
-	if len(s.DenyWrite) > 0 {
-		w("(deny file-write*")
-		for _, p := range s.DenyWrite {
-			w("  %s", sbPath(p))
-		}
-		w(")")
-	}
+	rule("deny file-write*", s.DenyWrite)
 	// Mandatory denies, at any depth below each writable root and $HOME.
 	roots := append([]string{}, s.AllowWrite...)
 	if s.Dir != "" {
